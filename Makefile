@@ -1,0 +1,57 @@
+# The two commands: `make run` (default pipeline) and `make test` (test suite).
+# Both set up their own virtual environment on a fresh machine (Debian, Python 3.11).
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DVC := $(VENV)/bin/dvc
+# dvc.yaml commands call `python`: make it the venv's.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export DVC_NO_ANALYTICS := 1
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup run test profile check report flow schedule bench clean-venv
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+# Validate every params section first (fails before any work), then reproduce the DAG.
+run: setup
+	@if [ -n "$(P)" ]; then $(PY) -m paperworks.core.profile $(P); fi
+	$(PY) -m paperworks.core.params
+	$(DVC) repro
+	$(PY) -m paperworks.core.report --readme README.md
+
+test: setup
+	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# make profile P=smoke|default|paper
+profile: setup
+	$(PY) -m paperworks.core.profile $(P)
+
+check: setup
+	$(PY) -m paperworks.core.params
+
+report: setup
+	$(PY) -m paperworks.core.report --readme README.md
+
+# Run the DAG through Prefect (local ephemeral API, no server needed).
+flow: setup
+	$(PY) -m flows.pipeline $(FLOW_ARGS)
+
+# Start a local Prefect server (loopback, SQLite) and serve the scheduled deployment.
+schedule: setup
+	$(PY) -m flows.schedule $(SCHEDULE_ARGS)
+
+bench: setup
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -1,0 +1,1 @@
+"""Shared core: params, atomic I/O, seeding, statistics, ranking metrics, reporting."""
