@@ -66,7 +66,7 @@ def compose(profile: str, conf_dir: Path = CONF_DIR) -> dict[str, Any]:
 
 
 def render(params: dict[str, Any]) -> str:
-    return HEADER.format(profile=params["profile"]) + yaml.safe_dump(params, sort_keys=False, default_flow_style=None, width=100)
+    return HEADER.format(profile=params["profile"]) + yaml.safe_dump(params, sort_keys=False, default_flow_style=False, width=100)
 
 
 def apply_profile(profile: str, conf_dir: Path = CONF_DIR, target: Path = PARAMS_FILE) -> dict[str, Any]:
