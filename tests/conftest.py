@@ -1,0 +1,67 @@
+"""Shared fixtures: a temporary copy of the repository switched to the smoke profile."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+
+
+def repo_files(root: Path = REPO) -> list[str]:
+    """Tracked files plus untracked ones git does not ignore (what a clone + local edits hold)."""
+    out = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=root, check=True, capture_output=True,
+    ).stdout.decode()
+    return [f for f in out.split("\0") if f and (root / f).is_file()]
+
+
+def copy_repo(dest: Path, root: Path = REPO) -> Path:
+    for rel in repo_files(root):
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(root / rel, target)
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "copy"]):
+        subprocess.run(cmd, cwd=dest, check=True, env=env)
+    return dest
+
+
+def tool_env() -> dict[str, str]:
+    """Environment for subprocesses: the venv first on PATH, offline, no telemetry."""
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.update(
+        HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DVC_NO_ANALYTICS="1", DO_NOT_TRACK="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false", TOKENIZERS_PARALLELISM="false",
+    )
+    return env
+
+
+def run(cmd: list[str], cwd: Path, timeout: float = 1800, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=tool_env(), capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def smoke_repo(tmp_path_factory) -> Path:
+    """One temporary copy of the repo on the smoke profile, shared by every integration test.
+
+    Tests reproduce their own track's stages in it (`dvc repro --glob '<track>_*'`);
+    DVC skips what an earlier test already produced.
+    """
+    dest = copy_repo(tmp_path_factory.mktemp("smoke_repo"))
+    run([sys.executable, "-m", "paperworks.core.profile", "smoke"], cwd=dest)
+    return dest
+
+
+def dvc(repo: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+    return run([str(VENV_BIN / "dvc"), *args], cwd=repo, timeout=timeout)
