@@ -1,0 +1,152 @@
+"""The Prefect flow runs the DAG that DVC reads from dvc.yaml; the served schedule fires."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flows.pipeline import build_flow, read_dag, select_stages, set_param
+from tests.conftest import REPO, run, tool_env
+
+TOY_DVC_YAML = """
+stages:
+  a_gen:
+    cmd: >-
+      python -c "import yaml; p=yaml.safe_load(open('params.yaml')); open('a.txt','w').write(str(p['toy']['n']))"
+    params: [toy.n]
+    outs: [a.txt]
+  b_use:
+    matrix:
+      k: [1, 2]
+    cmd: >-
+      python -c "open('b_${item.k}.txt','w').write(open('a.txt').read() * ${item.k})"
+    deps: [a.txt]
+    outs:
+      - b_${item.k}.txt
+  c_join:
+    cmd: >-
+      python -c "import json; json.dump({'claims': [], 'len': len(open('b_1.txt').read() + open('b_2.txt').read())}, open('metrics/toy.json', 'w'))"
+    deps: [b_1.txt, b_2.txt]
+    metrics:
+      - metrics/toy.json:
+          cache: false
+"""
+
+
+@pytest.fixture()
+def toy_repo(tmp_path: Path) -> Path:
+    """A three-stage DVC project (with a matrix) to exercise the orchestration mechanics."""
+    (tmp_path / "dvc.yaml").write_text(TOY_DVC_YAML)
+    (tmp_path / "params.yaml").write_text("toy:\n  n: 3\n")
+    (tmp_path / "metrics").mkdir()
+    env = dict(tool_env(), GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    for cmd in (["git", "init", "-q"], [str(Path(sys.executable).with_name("dvc")), "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "toy"]):
+        subprocess.run(cmd, cwd=tmp_path, check=True, env=env)
+    return tmp_path
+
+
+def test_dag_is_read_from_dvc(toy_repo: Path) -> None:
+    dag = read_dag(toy_repo)
+    assert dag == {"a_gen": [], "b_use@1": ["a_gen"], "b_use@2": ["a_gen"], "c_join": ["b_use@1", "b_use@2"]}
+    assert select_stages(dag, ["c_join"]) == ["a_gen", "b_use@1", "b_use@2", "c_join"]
+    assert select_stages(dag, ["b_use@2"]) == ["a_gen", "b_use@2"]
+    assert select_stages(dag, ["b_use"]) == ["a_gen", "b_use@1", "b_use@2"]
+    with pytest.raises(ValueError, match="matches no stage"):
+        select_stages(dag, ["nope_*"])
+
+
+def test_project_dag_matches_dvc_yaml() -> None:
+    """Every stage the flow sees is one that dvc.yaml declares (no second list)."""
+    declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"] or {}
+    dag = read_dag(REPO)
+    assert {name.split("@")[0] for name in dag} == set(declared)
+
+
+def test_set_param_names_unknown_keys() -> None:
+    params = {"control": {"tree": {"max_depth": 7}}}
+    set_param(params, "control.tree.max_depth=5")
+    assert params["control"]["tree"]["max_depth"] == 5
+    with pytest.raises(ValueError, match="no key 'control.tree.depth'"):
+        set_param(params, "control.tree.depth=5")
+    with pytest.raises(ValueError, match="key.path=value"):
+        set_param(params, "control.tree.max_depth")
+
+
+def test_flow_runs_stages_through_dvc_then_skips(toy_repo: Path, monkeypatch) -> None:
+    from prefect.testing.utilities import prefect_test_harness
+
+    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    flow = build_flow(max_parallel=2, retries=0)
+    with prefect_test_harness():
+        first = flow(repo_root=str(toy_repo))
+        assert [r["stage"] for r in first] == ["a_gen", "b_use@1", "b_use@2", "c_join"]
+        assert all(r["status"] == "ran" for r in first)
+        assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3  # "3" + "33"
+        second = flow(repo_root=str(toy_repo))
+        assert all(r["status"] == "up to date" for r in second)
+    lock = yaml.safe_load((toy_repo / "dvc.lock").read_text())
+    assert set(lock["stages"]) == {"a_gen", "b_use@1", "b_use@2", "c_join"}
+    # DVC itself agrees nothing is left to do
+    assert "up to date" in run([str(Path(sys.executable).with_name("dvc")), "status"], cwd=toy_repo).stdout
+
+
+def test_flow_stage_failure_fails_the_run(toy_repo: Path) -> None:
+    from prefect.testing.utilities import prefect_test_harness
+
+    (toy_repo / "dvc.yaml").write_text(TOY_DVC_YAML.replace("str(p['toy']['n'])", "str(1/0)"))
+    flow = build_flow(max_parallel=2, retries=0)
+    with prefect_test_harness(), pytest.raises(Exception, match="a_gen failed"):
+        flow(repo_root=str(toy_repo))
+    assert not (toy_repo / "b_1.txt").exists()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _completed_runs(api_url: str) -> list[dict]:
+    body = json.dumps({"flow_runs": {"state": {"type": {"any_": ["COMPLETED"]}}}}).encode()
+    req = urllib.request.Request(f"{api_url}/flow_runs/filter", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+@pytest.mark.integration
+def test_served_schedule_fires(toy_repo: Path, tmp_path_factory) -> None:
+    """`python -m flows.schedule` starts a real server on loopback and a scheduled run completes."""
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    home = tmp_path_factory.mktemp("prefect_home")
+    env = dict(tool_env(), PREFECT_HOME=str(home), PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS="5", PREFECT_RUNNER_POLL_FREQUENCY="2")
+    env.pop("PREFECT_API_URL", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.schedule", "--interval", "5", "--port", str(port), "--home", str(home),
+         "--repo", str(toy_repo), "--targets", "b_use@1"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        runs: list[dict] = []
+        while time.monotonic() < deadline and not runs:
+            time.sleep(3)
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                runs = _completed_runs(api_url)
+            except OSError:
+                continue
+        assert runs, "no scheduled run completed within 240 s"
+        assert runs[0]["deployment_id"] is not None  # fired by the schedule, not called by hand
+        assert (toy_repo / "b_1.txt").read_text() == "3"
+    finally:
+        os.killpg(proc.pid, 15)
+        proc.wait(timeout=30)
