@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prefect import flow, get_run_logger, task
 
 UP_TO_DATE_MARKER = "didn't change, skipping"
 RUN_CACHE_MARKER = "is cached - skipping run"
@@ -129,31 +130,43 @@ def _tool_env() -> dict[str, str]:
     return env
 
 
-def make_tasks(retries: int, retry_delay_seconds: float):
-    from prefect import get_run_logger, task
+@task(name="dvc-stage", task_run_name="{stage}")
+def repro_stage(stage: str, repo_root: str) -> dict[str, str]:
+    """One DVC stage. DVC skips it when deps, params and outs are unchanged."""
+    logger = get_run_logger()
+    cmd = [dvc_executable(), "--wait-for-lock", "repro", "--single-item", stage]
+    logger.info("$ %s", " ".join(cmd))
+    proc = subprocess.Popen(cmd, cwd=repo_root, env=_tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # stream the stage's own log into Prefect's run log
+        line = line.rstrip("\n")
+        lines.append(line)
+        if line.strip():
+            logger.info("%s", line)
+    rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"stage {stage} failed (exit {rc}):\n" + "\n".join(lines[-30:]))
+    text = "\n".join(lines)
+    status = "up to date" if UP_TO_DATE_MARKER in text else "restored from run cache" if RUN_CACHE_MARKER in text else "ran"
+    return {"stage": stage, "status": status}
 
-    @task(name="dvc-stage", task_run_name="{stage}", retries=retries, retry_delay_seconds=retry_delay_seconds)
-    def repro_stage(stage: str, repo_root: str) -> dict[str, str]:
-        """One DVC stage. DVC skips it when deps, params and outs are unchanged."""
-        logger = get_run_logger()
-        cmd = [dvc_executable(), "--wait-for-lock", "repro", "--single-item", stage]
-        logger.info("$ %s", " ".join(cmd))
-        proc = subprocess.Popen(cmd, cwd=repo_root, env=_tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        lines: list[str] = []
-        assert proc.stdout is not None
-        for line in proc.stdout:  # stream the stage's own log into Prefect's run log
-            line = line.rstrip("\n")
-            lines.append(line)
-            if line.strip():
-                logger.info("%s", line)
-        rc = proc.wait()
-        if rc != 0:
-            raise RuntimeError(f"stage {stage} failed (exit {rc}):\n" + "\n".join(lines[-30:]))
-        text = "\n".join(lines)
-        status = "up to date" if UP_TO_DATE_MARKER in text else "restored from run cache" if RUN_CACHE_MARKER in text else "ran"
-        return {"stage": stage, "status": status}
 
-    return repro_stage
+def make_task_runner(max_parallel: int, dask_address: str | None = None, dask_workers: int | None = None):
+    """Threads by default; a Dask cluster (prefect-dask) to spread stages over machines.
+
+    Every Dask worker must see the repository at the same path and share the DVC cache
+    (or a DVC remote) — each task runs `dvc repro --single-item` where it lands.
+    """
+    if dask_address or dask_workers:
+        from prefect_dask import DaskTaskRunner
+
+        if dask_address:
+            return DaskTaskRunner(address=dask_address)
+        return DaskTaskRunner(cluster_kwargs={"n_workers": dask_workers, "threads_per_worker": 1, "processes": True})
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=max_parallel)
 
 
 def publish_metrics(repo_root: Path) -> None:
@@ -171,13 +184,16 @@ def publish_metrics(repo_root: Path) -> None:
 
 # --------------------------------------------------------------------------- the flow
 
-def build_flow(max_parallel: int = 2, retries: int = 1, retry_delay_seconds: float = 10):
-    from prefect import flow, get_run_logger
-    from prefect.task_runners import ThreadPoolTaskRunner
+def build_flow(
+    max_parallel: int = 2,
+    retries: int = 1,
+    retry_delay_seconds: float = 10,
+    dask_address: str | None = None,
+    dask_workers: int | None = None,
+):
+    stage_task = repro_stage.with_options(retries=retries, retry_delay_seconds=retry_delay_seconds)
 
-    repro_stage = make_tasks(retries, retry_delay_seconds)
-
-    @flow(name="paperworks-pipeline", task_runner=ThreadPoolTaskRunner(max_workers=max_parallel), log_prints=True)
+    @flow(name="paperworks-pipeline", task_runner=make_task_runner(max_parallel, dask_address, dask_workers), log_prints=True)
     def pipeline(
         targets: list[str] | None = None,
         profile: str | None = None,
@@ -200,7 +216,7 @@ def build_flow(max_parallel: int = 2, retries: int = 1, retry_delay_seconds: flo
         futures: dict[str, Any] = {}
         for stage in order:
             upstream = [futures[u] for u in dag[stage] if u in futures]
-            futures[stage] = repro_stage.submit(stage, str(root), wait_for=upstream)
+            futures[stage] = stage_task.submit(stage, str(root), wait_for=upstream)
         results = [futures[s].result() for s in order]  # raises if any stage failed
         for r in results:
             logger.info("%-40s %s", r["stage"], r["status"])
@@ -224,8 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--experiment", help="save the result as a DVC experiment with this name")
     ap.add_argument("--max-parallel", type=int, default=2, help="independent stages run at once")
     ap.add_argument("--retries", type=int, default=1)
+    ap.add_argument("--dask-address", help="run stages on this Dask scheduler (tcp://host:8786)")
+    ap.add_argument("--dask-workers", type=int, help="start a local Dask cluster with this many worker processes")
     args = ap.parse_args(argv)
-    flow_fn = build_flow(max_parallel=args.max_parallel, retries=args.retries)
+    flow_fn = build_flow(max_parallel=args.max_parallel, retries=args.retries,
+                         dask_address=args.dask_address, dask_workers=args.dask_workers)
     flow_fn(targets=args.targets, profile=args.profile, overrides=args.overrides, experiment=args.experiment)
     return 0
 

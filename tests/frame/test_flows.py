@@ -150,3 +150,16 @@ def test_served_schedule_fires(toy_repo: Path, tmp_path_factory) -> None:
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(timeout=30)
+
+
+@pytest.mark.integration
+def test_flow_on_a_dask_cluster(toy_repo: Path) -> None:
+    """The scale-out switch: the same flow with stages on Dask worker processes (prefect-dask)."""
+    pytest.importorskip("prefect_dask")
+    from prefect.testing.utilities import prefect_test_harness
+
+    flow = build_flow(retries=0, dask_workers=2)
+    with prefect_test_harness():
+        results = flow(repo_root=str(toy_repo))
+    assert [r["status"] for r in results] == ["ran"] * 4
+    assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3
