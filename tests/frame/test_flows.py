@@ -163,3 +163,30 @@ def test_flow_on_a_dask_cluster(toy_repo: Path) -> None:
         results = flow(repo_root=str(toy_repo))
     assert [r["status"] for r in results] == ["ran"] * 4
     assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3
+
+
+@pytest.mark.integration
+def test_work_pool_worker_runs_a_deployment(toy_repo: Path, tmp_path_factory) -> None:
+    """The multi-machine switch: a process work pool, a deployment, a worker that picks the run up."""
+    from flows.schedule import start_server, stop_server, wait_healthy
+
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    home = tmp_path_factory.mktemp("prefect_pool_home")
+    server = start_server(port, home)
+    env = dict(tool_env(), PREFECT_API_URL=api_url, PREFECT_HOME=str(home))
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    try:
+        wait_healthy(api_url)
+        subprocess.run([prefect, "work-pool", "create", "--type", "process", "toy-pool"], cwd=REPO, env=env, check=True, capture_output=True)
+        subprocess.run([sys.executable, "-m", "flows.deploy", "--pool", "toy-pool", "--name", "toy", "--repo", str(toy_repo),
+                        "--targets", "a_gen"], cwd=REPO, env=env, check=True, capture_output=True)
+        subprocess.run([prefect, "deployment", "run", "paperworks-pipeline/toy"], cwd=REPO, env=env, check=True, capture_output=True)
+        worker = subprocess.run([prefect, "worker", "start", "--pool", "toy-pool", "--run-once"], cwd=REPO, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
+        runs = _completed_runs(api_url)
+        assert len(runs) == 1 and runs[0]["deployment_id"] is not None
+        assert (toy_repo / "a.txt").read_text() == "3"
+    finally:
+        stop_server(server)
