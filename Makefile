@@ -1,7 +1,7 @@
 # The two commands: `make run` (default pipeline) and `make test` (test suite).
 # Both set up their own virtual environment on a fresh machine (Debian, Python 3.11).
 SHELL := /bin/bash
-PYTHON ?= python3.11
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 DVC := $(VENV)/bin/dvc
@@ -19,8 +19,13 @@ export TOKENIZERS_PARALLELISM := false
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml requirements.lock
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "paperworks needs Python 3.11, found " + sys.version' 
+	@# Debian ships venv/ensurepip separately: install it when we can, else say what is missing.
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 && $(PYTHON) -c 'import ensurepip' 2>/dev/null || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && apt-get install -y -qq python3-venv; } || \
+	  { echo "error: Python's venv module is missing: apt-get install python3-venv" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q --upgrade pip "setuptools>=68"
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
