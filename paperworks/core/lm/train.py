@@ -127,7 +127,7 @@ def train_sft(
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         sched.step()
-        running.append(float(loss))
+        running.append(loss.item())
         last = step == cfg.steps - 1
         do_eval = eval_fn is not None and ((cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last)
         if (step + 1) % cfg.log_every == 0 or last or do_eval:
