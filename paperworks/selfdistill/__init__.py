@@ -1,0 +1,1 @@
+"""Reference-anchored Rényi on-policy self-distillation (SR-OPSD), paper 04."""

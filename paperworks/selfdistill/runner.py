@@ -1,0 +1,47 @@
+"""Run one method over its seeds and collect what the evaluate stage needs (pure of file I/O
+except the dvclive logger handed in)."""
+from __future__ import annotations
+
+import time
+
+from paperworks.core.seeding import derive_seed, seed_everything
+from paperworks.selfdistill.evaluation import final_eval
+from paperworks.selfdistill.grpo import train_grpo
+from paperworks.selfdistill.opsd import train_opsd
+from paperworks.selfdistill.params import MethodSpec, Params
+from paperworks.selfdistill.pipeline import eval_subset, grpo_config, opsd_config
+
+
+def run_seeds(p: Params, base, tok, tasks, method: str, spec: MethodSpec | None, seeds, global_seed: int,
+              steps: int | None = None, live=None, final: bool = True):
+    """Train ``method`` once per seed from the same base; returns (result dict, {seed: student})."""
+    train = tasks[tasks["split"] == "train"].reset_index(drop=True)
+    test = tasks[tasks["split"] == "test"].reset_index(drop=True)
+    evals = eval_subset(test, p.opsd.n_eval_per_family)
+    runs, students = [], {}
+    for i, s in enumerate(seeds):
+        # same derived seed for every method: paired comparisons see the same prompt order
+        seed = derive_seed(global_seed, "selfdistill", "opsd", s)
+        seed_everything(seed)
+        tag = f"s{s}/"
+
+        def log(row, tag=tag):
+            if live is None:
+                return
+            live.step = int(row["step"])
+            for k, v in row.items():
+                if k != "step":
+                    live.log_metric(tag + k, float(v))
+
+        t0 = time.perf_counter()
+        if method == "grpo":
+            student, history, cost = train_grpo(base, tok, train, evals, grpo_config(p, seed), log=log, desc=f"grpo s{s}")
+        else:
+            cfg = opsd_config(p, spec, seed, steps)
+            student, _, history, cost = train_opsd(base, tok, train, evals, cfg, log=log, desc=f"{method} s{s}")
+        cost["train_seconds"] = time.perf_counter() - t0
+        fin = final_eval(student, tok, test, p.opsd.max_new_tokens, p.eval.pass_k, p.eval.temperature) if final else {}
+        runs.append({"seed": s, "history": history, "final": fin, "cost": cost})
+        students[s] = student
+    result = {"method": method, "spec": spec.model_dump() if spec else {"grpo": p.grpo.model_dump()}, "runs": runs}
+    return result, students

@@ -1,0 +1,64 @@
+"""Stage selfdistill_evaluate: claims (SR-OPSD vs reverse-KL OPSD over seeds), summary, cost,
+curve tables and the entropy/accuracy-vs-step figures (paper Figures 2 and 3)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paperworks.core.io import ArtifactError, atomic_path, read_json, write_json, write_text
+from paperworks.core.params import load_section
+from paperworks.core.stage import stage_main
+from paperworks.selfdistill import report
+from paperworks.selfdistill.params import Params
+from paperworks.selfdistill.pipeline import DATA, PLOTS
+
+METRICS = Path("metrics/selfdistill.json")
+
+
+def check_run(path: Path, res) -> dict:
+    if not isinstance(res, dict) or not res.get("runs") or any("history" not in r or not r["history"] for r in res["runs"]):
+        raise ArtifactError(f"{path}: not a run record (needs 'runs' with non-empty 'history')")
+    return res
+
+
+@stage_main
+def main() -> None:
+    p = load_section("selfdistill", Params)
+    names = [*p.methods, "grpo"]
+    runs = {m: check_run(DATA / "runs" / f"{m}.json", read_json(DATA / "runs" / f"{m}.json")) for m in names}
+    sweep = [check_run(f, read_json(f)) for f in sorted((DATA / "sweep").glob("*.json"))]
+    base = read_json(DATA / "base_history.json")
+
+    curves = report.curves_table(runs)
+    write_text(PLOTS / "curves.csv", curves.to_csv(index=False))
+    sweep_df = report.sweep_table(sweep) if sweep else None
+    if sweep_df is not None:
+        write_text(PLOTS / "sweep.csv", sweep_df.to_csv(index=False))
+    for key, label, name, title in [
+        ("entropy", "token entropy of own samples (nats)", "entropy_vs_step.png", "Entropy vs step (cf. paper Fig. 2)"),
+        ("acc", "held-out greedy accuracy", "accuracy_vs_step.png", "Accuracy vs step (cf. paper Fig. 3)"),
+        ("teacher_acc", "self-teacher accuracy with privileged context", "teacher_accuracy_vs_step.png", "Self-teacher (privileged) accuracy"),
+        ("entropy_sum", "entropy on the multi-solution family", "entropy_sum_vs_step.png", "Entropy vs step, sum family"),
+    ]:
+        with atomic_path(PLOTS / name) as tmp:
+            report.plot_curves(curves, key, label, tmp, title)
+
+    base_last = base["history"][-1]
+    metrics = {
+        "claims": report.claims(runs),
+        "summary": report.summary(runs),
+        "base": {"n_params": base["n_params"], "acc": round(base_last["acc"], 4), "teacher_acc": round(base_last["teacher_acc"], 4),
+                 "entropy": round(base_last["entropy"], 4)},
+        "profile_steps": p.opsd.steps,
+        "seeds": len(p.opsd.seeds),
+    }
+    if sweep_df is not None:
+        best = sweep_df.groupby(["alpha", "rho"])["pass1"].mean()
+        metrics["sweep_best"] = {"alpha": float(best.idxmax()[0]), "rho": float(best.idxmax()[1]), "pass1": round(float(best.max()), 4)}
+    write_json(METRICS, metrics)
+    for c in metrics["claims"]:
+        print(f"{c['metric']}: {c['method']} {c['method_mean']:.3f} vs {c['baseline']} {c['baseline_mean']:.3f} "
+              f"diff {c['diff']:+.3f} CI [{c['diff_ci95'][0]:+.3f}, {c['diff_ci95'][1]:+.3f}] → {c['verdict']}")
+
+
+if __name__ == "__main__":
+    main()
