@@ -9,6 +9,8 @@ import pandas as pd
 from paperworks.control.tree import TreePolicy, feature_names
 from paperworks.core.stats import claim, wilson_interval
 
+INTERPRETABLE_DEPTH = 7   # the issue's target: a tree of depth <= 7 that balances n/n on >= 90 % of pairs
+
 
 def recipe_table(teacher_evals: dict[int, dict], pairs: dict[tuple[int, int], dict]) -> pd.DataFrame:
     """One row per (recipe, pair): held-out episodes balanced, mean return, behaviour."""
@@ -33,6 +35,7 @@ def _row(recipe: str, t: int, d: int, b: dict) -> dict:
         "switches_per_s": b["switches_per_s"], "switches_per_s_deadband": b["switches_per_s_deadband"],
         "theta_amplitude_ss": b["theta_amplitude_ss"], "distinct_torques": b["distinct_torques"],
         "eq_mean_abs": q.get("mean_abs", np.nan), "n_leaves": b.get("n_leaves", np.nan),
+        "tree_depth": b.get("depth", np.nan),
     }
 
 
@@ -48,6 +51,8 @@ def success_summary(table: pd.DataFrame) -> pd.DataFrame:
                     "pairs_ci_low": lo, "pairs_ci_high": hi, "episodes_balanced": eb, "episodes": en,
                     "balanced_rate": eb / en, "balanced_ci_low": elo, "balanced_ci_high": ehi,
                     "mean_return": float(g["mean_return"].mean()),
+                    "max_tree_depth": float(g["tree_depth"].max()) if g["tree_depth"].notna().any() else np.nan,
+                    "mean_leaves": float(g["n_leaves"].mean()) if g["n_leaves"].notna().any() else np.nan,
                     "switches_per_s": float(g["switches_per_s"].mean()),
                     "switches_per_s_deadband": float(g["switches_per_s_deadband"].mean()),
                     "theta_amplitude_ss": float(np.nanmean(g["theta_amplitude_ss"])) if g["theta_amplitude_ss"].notna().any() else np.nan,

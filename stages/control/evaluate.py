@@ -8,7 +8,7 @@ from paperworks.control.env import control_dt
 from paperworks.control.layout import METRICS, PLOTS, distill_dir, teacher_eval_path
 from paperworks.control.params import Params
 from paperworks.control.tree import TreePolicy
-from paperworks.control.report import claims, plot_depth, plot_trace, plot_tree, recipe_table, success_summary
+from paperworks.control.report import INTERPRETABLE_DEPTH, claims, plot_depth, plot_trace, plot_tree, recipe_table, success_summary
 from paperworks.core.io import ArtifactError, atomic_path, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
@@ -34,7 +34,8 @@ def main() -> None:
     summary = success_summary(table)
     s = summary.set_index("recipe")
     target = p.eval.success_pairs
-    reaching = [r for r in summary["recipe"] if r != "teacher" and s.loc[r, "pairs_perfect_rate"] >= target]
+    reaching = [r for r in summary["recipe"] if r != "teacher" and s.loc[r, "pairs_perfect_rate"] >= target
+                and s.loc[r, "max_tree_depth"] <= INTERPRETABLE_DEPTH]
 
     t0, d0 = p.grid.teachers[0], p.grid.draws[0]
     first = pairs[(t0, d0)]
@@ -66,7 +67,7 @@ def main() -> None:
         },
         "teacher_steps_to_1000": {str(t): v for t, v in zip(teacher_evals, steps)},
         "grid": {"teachers": len(p.grid.teachers), "draws": len(p.grid.draws), "heldout_episodes": p.eval.episodes},
-        "recipes_reaching_target": reaching,
+        "recipes_reaching_target": reaching,   # depth <= 7 and n/n balanced on >= success_pairs of pairs
         "target_pairs_perfect_rate": target,
     }
     write_json(METRICS, metrics)

@@ -42,7 +42,7 @@ def _bad(section, path, value):
     (("env", "id"), "CartPole-v1", ["control.env.id", "InvertedPendulum-v5"]),
     (("tree", "max_depth"), 0, ["control.tree.max_depth", "greater than or equal to 1"]),
     (("tree", "max_depth"), "deep", ["control.tree.max_depth", "integer"]),
-    (("rollouts", "sigma"), 2.0, ["control.rollouts", "sigma_sweep"]),
+    (("rollouts", "sigma"), 2.5, ["control.rollouts", "sigma_sweep"]),
     (("eval", "episodes"), 0, ["control.eval.episodes"]),
     (("teacher", "learning_starts"), 10**7, ["control.teacher", "learning_starts"]),
     (("grid", "draws"), [0, 0], ["control.grid", "distinct"]),
