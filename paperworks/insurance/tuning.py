@@ -1,0 +1,63 @@
+"""Optuna tuning of the top grid configurations (paper §5: 50 trials each).
+
+SQLite by default; any SQLAlchemy URL (``postgresql://…``) lets several workers share
+one study. Studies are resumable (``load_if_exists``): a rerun only runs the trials
+still missing. A trial whose objective raises is marked FAIL and the study goes on;
+a trial left RUNNING by a killed process is failed by the heartbeat check on resume.
+Intermediate validation NDCG@3 per epoch feeds a median pruner.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Callable
+
+import optuna
+from optuna.trial import TrialState
+
+log = logging.getLogger("paperworks.insurance")
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def study_name(prefix: str, config: str, search_space: dict) -> str:
+    """Name a study by config and search space, so a changed space starts a fresh study."""
+    digest = hashlib.sha256(json.dumps(search_space, sort_keys=True).encode()).hexdigest()[:8]
+    return f"{prefix}{config}-{digest}"
+
+
+def open_study(name: str, storage_url: str, seed: int, heartbeat_s: int = 60, grace_s: int = 120) -> optuna.Study:
+    storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
+    study = optuna.create_study(
+        study_name=name, storage=storage, direction="maximize", load_if_exists=True,
+        # sampler and pruner are not stored with the study: pass them on every open
+        sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=5),
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0),
+    )
+    optuna.storages.fail_stale_trials(study)
+    return study
+
+
+def run_study(study: optuna.Study, objective: Callable[[optuna.Trial], float], n_trials: int) -> optuna.Study:
+    """Run until ``n_trials`` trials have finished (complete or pruned); failed ones are retried."""
+    done = sum(t.state in FINISHED for t in study.trials)
+    remaining = max(0, n_trials - done)
+    if remaining:
+        study.optimize(objective, n_trials=remaining, catch=(Exception,), gc_after_trial=True)
+    return study
+
+
+def best_or_none(study: optuna.Study) -> dict | None:
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        return None
+    best = max(complete, key=lambda t: t.value)
+    return {"value": best.value, "params": best.params, "number": best.number}
+
+
+def clamp_defaults(train, tune) -> dict:
+    """The grid's training params as a first Optuna trial, clipped into the search ranges."""
+    clip = lambda v, r: min(max(v, r[0]), r[1])  # noqa: E731
+    return {"lr": clip(train.lr, tune.lr_range), "epochs": clip(train.epochs, tune.epochs_range),
+            "warmup_ratio": clip(train.warmup_ratio, tune.warmup_range),
+            "train_list_size": clip(train.train_list_size, tune.list_size_range)}
