@@ -36,6 +36,7 @@ class EncoderParams(StrictModel):
     temperature: float = Field(0.07, gt=0, le=1)
     full_view_prob: float = Field(0.5, ge=0, le=1)  # share of texts that are the full caption
     structured_view_prob: float = Field(0.2, ge=0, le=1)  # the rest are facet views
+    augment: bool = False  # generic photometric jitter of sim images (never the real-domain transform)
 
     @model_validator(mode="after")
     def _probs(self):

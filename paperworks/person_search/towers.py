@@ -123,6 +123,22 @@ class EncoderConfig:
     temperature: float = 0.07
     full_view_prob: float = 0.5
     structured_view_prob: float = 0.2
+    augment: bool = False
+
+
+def photometric_jitter(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Generic augmentation of a sim batch: brightness, per-channel gain, pixel noise, horizontal flip.
+
+    Deliberately *not* the real-domain transform (no texture, blur or occluders): the gallery's
+    degradations stay unseen, as in the paper's synthetic-to-real setting.
+    """
+    n = x.shape[0]
+    gain = torch.empty(n, 1, 1, 1).uniform_(0.75, 1.25, generator=gen) * torch.empty(n, 3, 1, 1).uniform_(0.9, 1.1, generator=gen)
+    x = (x * 0.25 + 0.5) * gain  # back to [0, 1] scale, jitter
+    x = x + torch.randn(x.shape, generator=gen) * torch.empty(n, 1, 1, 1).uniform_(0.0, 0.04, generator=gen)
+    flip = torch.rand(n, generator=gen) < 0.5
+    x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+    return (x.clamp(0, 1) - 0.5) / 0.25
 
 
 def sample_views(view_ids: np.ndarray, cfg: EncoderConfig, rng: np.random.Generator) -> np.ndarray:
@@ -168,6 +184,7 @@ def train_dual_encoder(
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch, pct_start=0.15)
     x_all = images_to_tensor(images)
     emb_all = torch.from_numpy(text_emb)
+    gen = torch.Generator().manual_seed(seed)
     for epoch in range(cfg.epochs):
         model.train()
         perm = rng.permutation(fam_ids)
@@ -179,7 +196,8 @@ def train_dual_encoder(
             keys = view_keys[idx, cols]  # each text's key under its own view
             # positives[t, i]: image i has the same key as text t's item under text t's view
             positives = torch.from_numpy(view_keys[idx][:, cols].T == keys[:, None])
-            img = model.encode_images(x_all[idx])
+            x = photometric_jitter(x_all[idx], gen) if cfg.augment else x_all[idx]
+            img = model.encode_images(x)
             txt = model.encode_texts(emb_all[tid])
             loss = soft_contrastive_loss(img, txt, positives, cfg.temperature)
             opt.zero_grad()

@@ -20,7 +20,7 @@ from paperworks.person_search.towers import EncoderConfig, train_dual_encoder
 def encoder_config(p: Params, backbone: str) -> EncoderConfig:
     e = p.encoder
     return EncoderConfig(backbone, e.embed_dim, e.epochs, e.families_per_batch, e.lr, e.weight_decay, e.temperature,
-                         e.full_view_prob, e.structured_view_prob)
+                         e.full_view_prob, e.structured_view_prob, e.augment)
 
 
 @stage_main
