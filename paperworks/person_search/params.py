@@ -1,0 +1,97 @@
+"""Typed ``params.yaml:person_search`` section (validated before any stage does work)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from paperworks.core.params import StrictModel
+
+Backbone = Literal["cnn", "resnet", "vit"]
+View = Literal["full", "structured", "appearance", "action", "object", "scene"]
+
+
+class DataParams(StrictModel):
+    width: int = Field(48, ge=16, le=128)
+    height: int = Field(64, ge=16, le=128)
+    n_train_families: int = Field(ge=4)
+    family_size: int = Field(8, ge=2, le=24)  # base + hard single-edit variants
+    n_targets: int = Field(ge=8, le=1978)  # queries; PAB has 1,978
+    distractor_ratio: float = Field(34795 / 1978, gt=0, le=40)  # PAB: 34,795 distractors / 1,978 targets
+    val_fraction: float = Field(0.3, gt=0, lt=1)  # queries used to fit the consensus gate
+    drop_scene_prob: float = Field(0.1, ge=0, le=1)  # captions that never mention the scene
+
+
+class TextParams(StrictModel):
+    batch_size: int = Field(64, ge=1, le=1024)
+
+
+class EncoderParams(StrictModel):
+    backbones: list[Backbone] = Field(min_length=1)
+    embed_dim: int = Field(128, ge=8, le=1024)
+    epochs: int = Field(ge=1, le=200)
+    families_per_batch: int = Field(8, ge=2, le=256)
+    lr: float = Field(2e-3, gt=0, le=1)
+    weight_decay: float = Field(1e-4, ge=0, le=1)
+    temperature: float = Field(0.07, gt=0, le=1)
+    full_view_prob: float = Field(0.5, ge=0, le=1)  # share of texts that are the full caption
+    structured_view_prob: float = Field(0.2, ge=0, le=1)  # the rest are facet views
+    augment: bool = False  # generic photometric jitter of sim images (never the real-domain transform)
+
+    @model_validator(mode="after")
+    def _probs(self):
+        if self.full_view_prob + self.structured_view_prob > 1:
+            raise ValueError("full_view_prob + structured_view_prob must be ≤ 1")
+        return self
+
+
+class RetrievalParams(StrictModel):
+    engine: Literal["faiss", "numpy"] = "faiss"
+    branch_topk: int = Field(100, ge=10, le=2000)  # candidates each backbone × view branch returns
+
+
+class FusionParams(StrictModel):
+    anchor_views: list[View] = Field(default_factory=lambda: ["full", "structured"], min_length=1)
+    view_weights: dict[View, float]
+    clip: float = Field(3.0, gt=0)
+    percentiles: tuple[float, float, float] = (10.0, 50.0, 90.0)  # low, centre, high of the per-query scaling
+    agreement_weight: float = Field(1.0, ge=0)
+    rrf_k: float = Field(10.0, gt=0)
+    pool_size: int = Field(10, ge=2, le=100)  # candidates passed to the experts
+
+    @model_validator(mode="after")
+    def _check(self):
+        lo, mid, hi = self.percentiles
+        if not 0 <= lo < mid < hi <= 100:
+            raise ValueError("percentiles must be increasing within [0, 100]")
+        if not set(self.anchor_views) <= {"full", "structured"}:
+            raise ValueError("anchor_views must be global caption views (full, structured)")
+        if set(self.view_weights) != {"full", "structured", "appearance", "action", "object", "scene"}:
+            raise ValueError("view_weights needs exactly the six views")
+        return self
+
+
+class ExpertParams(StrictModel):
+    epochs: int = Field(ge=1, le=200)
+    families_per_batch: int = Field(8, ge=2, le=256)
+    lr: float = Field(2e-3, gt=0, le=1)
+    width: int = Field(32, ge=8, le=256)  # channels of the experts' small image encoders
+
+
+class ConsensusParams(StrictModel):
+    confidence: Literal["margin", "entropy"] = "margin"  # how the gate measures the fused prediction's certainty
+
+
+class EvalParams(StrictModel):
+    contact_queries: int = Field(4, ge=1, le=20)  # queries on the before/after contact sheet
+
+
+class Params(StrictModel):
+    data: DataParams
+    text: TextParams
+    encoder: EncoderParams
+    retrieval: RetrievalParams
+    fusion: FusionParams
+    experts: ExpertParams
+    consensus: ConsensusParams
+    eval: EvalParams

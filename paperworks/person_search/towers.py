@@ -1,0 +1,226 @@
+"""Dual encoders: three small image towers (CNN, ResNet, ViT) × a projection of cached MiniLM
+text embeddings, trained contrastively on *sim* pairs only (CleanRL-style, top to bottom).
+
+Batches are whole training families (a base spec and its single-edit variants), so every
+batch is full of hard negatives. Each image is paired with one of its caption's views
+(full, structured or one facet); a text's positives are all batch images its view matches
+(a facet text like "falling over" matches every falling person), handled with soft targets.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from paperworks.person_search.embed import MINILM_DIM
+from paperworks.person_search.text import VIEWS
+
+
+def images_to_tensor(images: np.ndarray) -> torch.Tensor:
+    """uint8 [N, H, W, 3] → float [N, 3, H, W], roughly zero-mean unit-range."""
+    x = torch.from_numpy(np.ascontiguousarray(images)).permute(0, 3, 1, 2).float()
+    return (x / 255.0 - 0.5) / 0.25
+
+
+class SmallCNN(nn.Module):
+    """Plain conv stack; keeps the coarse spatial map (upper vs lower clothing matters)."""
+
+    def __init__(self, out_dim: int, height: int, width: int, ch: int = 24):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, ch, 5, stride=2, padding=2), nn.ReLU(),
+            nn.Conv2d(ch, 2 * ch, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(2 * ch, 3 * ch, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(3 * ch * (height // 8) * (width // 8), 256), nn.ReLU(),
+                                  nn.Linear(256, out_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(x))
+
+
+class ResBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.c1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.n1 = nn.BatchNorm2d(cout)
+        self.c2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.n2 = nn.BatchNorm2d(cout)
+        self.skip = nn.Identity() if stride == 1 and cin == cout else nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.n1(self.c1(x)))
+        return F.relu(self.n2(self.c2(h)) + self.skip(x))
+
+
+class SmallResNet(nn.Module):
+    """Three residual stages with batch norm; a different inductive bias from the plain CNN."""
+
+    def __init__(self, out_dim: int, height: int, width: int, ch: int = 16):
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Conv2d(3, ch, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(ch), nn.ReLU(),
+            ResBlock(ch, 2 * ch, 2), ResBlock(2 * ch, 4 * ch, 2),
+        )
+        self.head = nn.Sequential(nn.Flatten(), nn.Linear(4 * ch * (height // 8) * (width // 8), 256), nn.ReLU(),
+                                  nn.Linear(256, out_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.net(x))
+
+
+class SmallViT(nn.Module):
+    """Patch-8 ViT: (H/8)·(W/8) tokens + CLS, a few pre-norm transformer layers."""
+
+    def __init__(self, out_dim: int, height: int, width: int, dim: int = 96, depth: int = 3, heads: int = 4, patch: int = 8):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch, stride=patch)
+        n = (height // patch) * (width // patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, n + 1, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, batch_first=True, norm_first=True, activation="gelu")
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.out = nn.Linear(dim, out_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.patch(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls.expand(len(x), -1, -1), tokens], dim=1) + self.pos
+        return self.out(self.norm(self.encoder(tokens)[:, 0]))
+
+
+TOWERS = {"cnn": SmallCNN, "resnet": SmallResNet, "vit": SmallViT}
+
+
+class DualEncoder(nn.Module):
+    """Image tower + projection of the frozen MiniLM view embedding into one cosine space."""
+
+    def __init__(self, backbone: str, embed_dim: int, height: int, width: int):
+        super().__init__()
+        self.image = TOWERS[backbone](embed_dim, height, width)
+        self.text = nn.Sequential(nn.Linear(MINILM_DIM, 256), nn.GELU(), nn.Linear(256, embed_dim))
+
+    def encode_images(self, x: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.image(x), dim=-1)
+
+    def encode_texts(self, e: torch.Tensor) -> torch.Tensor:
+        return F.normalize(self.text(e), dim=-1)
+
+
+@dataclass
+class EncoderConfig:
+    backbone: str
+    embed_dim: int = 128
+    epochs: int = 10
+    families_per_batch: int = 8
+    lr: float = 2e-3
+    weight_decay: float = 1e-4
+    temperature: float = 0.07
+    full_view_prob: float = 0.5
+    structured_view_prob: float = 0.2
+    augment: bool = False
+
+
+def photometric_jitter(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Generic augmentation of a sim batch: brightness, per-channel gain, pixel noise, horizontal flip.
+
+    Deliberately *not* the real-domain transform (no texture, blur or occluders): the gallery's
+    degradations stay unseen, as in the paper's synthetic-to-real setting.
+    """
+    n = x.shape[0]
+    gain = torch.empty(n, 1, 1, 1).uniform_(0.75, 1.25, generator=gen) * torch.empty(n, 3, 1, 1).uniform_(0.9, 1.1, generator=gen)
+    x = (x * 0.25 + 0.5) * gain  # back to [0, 1] scale, jitter
+    x = x + torch.randn(x.shape, generator=gen) * torch.empty(n, 1, 1, 1).uniform_(0.0, 0.04, generator=gen)
+    flip = torch.rand(n, generator=gen) < 0.5
+    x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+    return (x.clamp(0, 1) - 0.5) / 0.25
+
+
+def sample_views(view_ids: np.ndarray, cfg: EncoderConfig, rng: np.random.Generator) -> np.ndarray:
+    """Pick one view column per item: full / structured / a random present facet."""
+    n = len(view_ids)
+    u = rng.random(n)
+    cols = np.where(u < cfg.full_view_prob, 0, 1)
+    facet = u >= cfg.full_view_prob + cfg.structured_view_prob
+    for i in np.flatnonzero(facet):
+        present = [j for j in range(2, len(VIEWS)) if view_ids[i, j] >= 0]
+        cols[i] = present[int(rng.integers(len(present)))] if present else 0
+    return cols
+
+
+def soft_contrastive_loss(img: torch.Tensor, txt: torch.Tensor, positives: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Symmetric InfoNCE with multi-positive soft targets (``positives[t, i]`` = text t matches image i)."""
+    logits = txt @ img.T / temperature
+    pos = positives.float()
+    t2i = -(pos / pos.sum(1, keepdim=True) * F.log_softmax(logits, dim=1)).sum(1).mean()
+    i2t = -(pos.T / pos.T.sum(1, keepdim=True) * F.log_softmax(logits.T, dim=1)).sum(1).mean()
+    return (t2i + i2t) / 2
+
+
+def train_dual_encoder(
+    cfg: EncoderConfig,
+    images: np.ndarray,
+    families: np.ndarray,
+    view_ids: np.ndarray,
+    view_keys: np.ndarray,
+    text_emb: np.ndarray,
+    seed: int,
+    live=None,
+) -> DualEncoder:
+    """Train one backbone on sim pairs. ``view_keys[i, v]``: items i, j match view v iff keys equal."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    h, w = images.shape[1:3]
+    model = DualEncoder(cfg.backbone, cfg.embed_dim, h, w)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    fam_ids = np.unique(families)
+    members = {f: np.flatnonzero(families == f) for f in fam_ids}
+    steps_per_epoch = max(1, len(fam_ids) // cfg.families_per_batch)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch, pct_start=0.15)
+    x_all = images_to_tensor(images)
+    emb_all = torch.from_numpy(text_emb)
+    gen = torch.Generator().manual_seed(seed)
+    for epoch in range(cfg.epochs):
+        model.train()
+        perm = rng.permutation(fam_ids)
+        losses, accs, t0 = [], [], time.time()
+        for b in tqdm(range(steps_per_epoch), desc=f"{cfg.backbone} epoch {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False):
+            idx = np.concatenate([members[f] for f in perm[b * cfg.families_per_batch : (b + 1) * cfg.families_per_batch]])
+            cols = sample_views(view_ids[idx], cfg, rng)
+            tid = view_ids[idx, cols]
+            keys = view_keys[idx, cols]  # each text's key under its own view
+            # positives[t, i]: image i has the same key as text t's item under text t's view
+            positives = torch.from_numpy(view_keys[idx][:, cols].T == keys[:, None])
+            x = photometric_jitter(x_all[idx], gen) if cfg.augment else x_all[idx]
+            img = model.encode_images(x)
+            txt = model.encode_texts(emb_all[tid])
+            loss = soft_contrastive_loss(img, txt, positives, cfg.temperature)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+            accs.append(float(positives[torch.arange(len(idx)), (txt @ img.T).argmax(1)].float().mean()))
+        if live is not None:
+            live.log_metric("train/loss", float(np.mean(losses)))
+            live.log_metric("train/text_to_image_acc", float(np.mean(accs)))
+            live.log_metric("epoch_seconds", time.time() - t0)
+            live.next_step()
+    model.eval()
+    return model
+
+
+@torch.no_grad()
+def embed_images(model: DualEncoder, images: np.ndarray, batch: int = 512) -> np.ndarray:
+    out = [model.encode_images(images_to_tensor(images[i : i + batch])).numpy() for i in range(0, len(images), batch)]
+    return np.concatenate(out).astype(np.float32)
+
+
+@torch.no_grad()
+def embed_texts(model: DualEncoder, text_emb: np.ndarray) -> np.ndarray:
+    return model.encode_texts(torch.from_numpy(text_emb)).numpy().astype(np.float32)

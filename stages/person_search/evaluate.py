@@ -1,0 +1,116 @@
+"""Consensus (fitted on validation queries), metrics for every method, headline claims, contact sheet."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from paperworks.core.io import ArtifactError, atomic_path, load_safetensors, read_json, write_json, write_parquet
+from paperworks.core.params import load_section
+from paperworks.core.stage import stage_main
+from paperworks.core.stats import claim
+from paperworks.person_search.artifacts import DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, read_images, read_items, read_queries
+from paperworks.person_search.consensus import fit_consensus
+from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
+from paperworks.person_search.experts import EXPERTS
+from paperworks.person_search.params import Params
+
+EVALUATION = DATA / "evaluation"
+RESULT_SCHEMA = pa.schema([("method", pa.string()), ("split", pa.string()), ("map@10", pa.float64()),
+                           ("r@1", pa.float64()), ("r@5", pa.float64()), ("r@10", pa.float64()), ("n_queries", pa.int64())])
+
+
+def reorder(pool: np.ndarray, order: np.ndarray) -> np.ndarray:
+    return np.take_along_axis(pool, order, axis=1)
+
+
+@stage_main
+def main() -> None:
+    p = load_section("person_search", Params)
+    queries = read_queries()
+    targets = queries["target_item"].to_numpy()
+    is_val, is_test = (queries["split"] == "val").to_numpy(), (queries["split"] == "test").to_numpy()
+    if not is_val.any() or not is_test.any():
+        raise ArtifactError("queries need both a 'val' and a 'test' split")
+    ranks = {k: v.numpy() for k, v in load_safetensors(FUSION / "rankings.safetensors").items()}
+    experts = {k: v.numpy() for k, v in load_safetensors(RERANK / "expert_scores.safetensors").items()}
+    pool = experts["pool"]
+    if not np.array_equal(pool, ranks["fusion/ids"][:, : pool.shape[1]]):
+        raise ArtifactError(f"{RERANK}/expert_scores.safetensors: pool does not match the current fusion output")
+
+    # ---- stage 2: consensus fitted on validation queries only
+    scores = {"fusion": ranks["fusion/scores"][:, : pool.shape[1]].astype(np.float64)} | {e: experts[e].astype(np.float64) for e in EXPERTS}
+    target_pos = np.array([int(np.flatnonzero(row == t)[0]) if (row == t).any() else -1 for row, t in zip(pool, targets)])
+    cons = fit_consensus({k: v[is_val] for k, v in scores.items()}, target_pos[is_val], p.consensus.confidence)
+    order, kept, _ = cons.combine(scores)
+
+    methods: dict[str, np.ndarray] = {}
+    for key in ranks:
+        if key.endswith("/ids"):
+            methods[key[: -len("/ids")]] = ranks[key][:, :10]
+    for e in EXPERTS:
+        methods[f"fusion+{e}"] = reorder(pool, np.argsort(-scores[e], axis=1, kind="stable"))[:, :10]
+    methods["fusion+consensus"] = reorder(pool, order)[:, :10]
+
+    per_q = {m: per_query_metrics(ids, targets) for m, ids in methods.items()}
+    rows = []
+    for split, mask in (("test", is_test), ("val", is_val)):
+        for m in sorted(per_q):
+            rows.append({"method": m, "split": split, **summarise(per_q[m], mask), "n_queries": int(mask.sum())})
+    table = pd.DataFrame(rows)
+    write_parquet(EVALUATION / "results.parquet", table, RESULT_SCHEMA)
+    per_query = pd.DataFrame({"query_id": queries["query_id"], "split": queries["split"]} |
+                             {f"{m}|{k}": v for m in sorted(per_q) for k, v in per_q[m].items()})
+    with atomic_path(EVALUATION / "per_query.csv") as tmp:
+        per_query.to_csv(tmp, index=False, float_format="%.4f")
+    with atomic_path(PLOTS / "results.csv") as tmp:
+        table.to_csv(tmp, index=False, float_format="%.4f")
+
+    # ---- claims (paired over test queries, AP@10)
+    backbones = [f"backbone_{bb}" for bb in p.encoder.backbones]
+    best_bb = max(backbones, key=lambda m: per_q[m]["map@10"][is_test].mean())  # strongest baseline, chosen on test
+    ap = {m: per_q[m]["map@10"][is_test] for m in per_q}
+    claims = [
+        claim("anchor-constrained multi-view fusion beats the best single backbone", "mAP@10", "fusion", ap["fusion"],
+              best_bb, ap[best_bb], unit="test query"),
+        claim("reranking with the three experts and gated consensus beats fusion alone", "mAP@10", "fusion+consensus",
+              ap["fusion+consensus"], "fusion", ap["fusion"], unit="test query"),
+    ]
+    for abl in ("fusion_no_anchor", "fusion_zscore", "fusion_no_agreement"):
+        claims.append(claim(f"fusion beats its ablation {abl}", "mAP@10", "fusion", ap["fusion"], abl, ap[abl],
+                            unit="test query"))
+
+    test_summary = {m: summarise(per_q[m], is_test) for m in per_q}
+    facet_report = read_json(TEXT / "facet_report.json")
+    pool_recall = float((target_pos[is_test] >= 0).mean())
+    metrics = {
+        "claims": claims,
+        "summary": {m: {k: round(v, 4) for k, v in test_summary[m].items()} for m in
+                    ["fusion", "fusion+consensus", best_bb, *[f"fusion+{e}" for e in EXPERTS]]},
+        "best_single_backbone": best_bb,
+        "headroom": {"best_backbone_map@10": test_summary[best_bb]["map@10"], "ceiling": 1.0,
+                     "fusion_pool_recall@{}".format(pool.shape[1]): pool_recall},
+        "consensus": {"threshold": cons.threshold if np.isfinite(cons.threshold) else ("always_keep" if cons.threshold < 0 else "always_rerank"),
+                      "confidence": cons.kind, "weights": cons.weights, "temperatures": cons.temperatures,
+                      "test_kept_stage1_fraction": float(kept[is_test].mean())},
+        "queries_missing_facet": facet_report["queries_missing_facet"],
+        "n_test_queries": int(is_test.sum()), "n_val_queries": int(is_val.sum()),
+        "n_gallery": len(read_items("gallery")),
+        "rerank_latency_ms_per_query": read_json(RERANK / "latency.json"),
+    }
+    write_json(METRICS, metrics)
+
+    # ---- contact sheet: test queries where the consensus changed the top-5, then others
+    gallery = read_items("gallery")
+    images = read_images("gallery", len(gallery), p.data.height, p.data.width)
+    test_idx = np.flatnonzero(is_test)
+    changed = [q for q in test_idx if not np.array_equal(methods["fusion"][q, :5], methods["fusion+consensus"][q, :5])]
+    chosen = (changed + [q for q in test_idx if q not in changed])[: p.eval.contact_queries]
+    sheet = sheet_for_queries([queries["caption"][q] for q in chosen], methods["fusion"][chosen],
+                              methods["fusion+consensus"][chosen], targets[chosen], images)
+    with atomic_path(PLOTS / "contact_sheet.png") as tmp:
+        sheet.save(tmp, format="PNG")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Normalisation, clipping, anchor constraint and agreement on hand-made score tables."""
+import numpy as np
+import pytest
+
+from paperworks.person_search.fusion import (
+    FusionConfig, ablations, agreement, candidate_pool, fuse_query, percentile_normalise, zscore_normalise,
+)
+from paperworks.person_search.text import VIEWS
+
+W = (1.0, 1.0, 0.5, 0.5, 0.5, 0.5)
+
+
+def test_percentile_normalisation_by_hand():
+    s = np.array([[0.0, 1.0, 2.0, 3.0, 4.0]])
+    # numpy linear percentiles: P10 = 0.4, P50 = 2, P90 = 3.6 -> (s - 2) / 3.2
+    np.testing.assert_allclose(percentile_normalise(s), [[-0.625, -0.3125, 0.0, 0.3125, 0.625]])
+
+
+def test_percentile_normalisation_clips_outliers_to_three():
+    s = np.array([[0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 100.0]])
+    out = percentile_normalise(s)
+    assert out.max() == 3.0 and out.min() >= -3.0
+    assert np.all(np.diff(out[0]) >= 0)  # monotone
+    assert percentile_normalise(-s).min() == -3.0
+
+
+def test_scale_invariance_per_branch():
+    s = np.array([[0.1, 0.5, 0.2, 0.9], [10.0, 50.0, 20.0, 90.0]])  # same ranking, 100x scale
+    out = percentile_normalise(s)
+    np.testing.assert_allclose(out[0], out[1])
+    np.testing.assert_allclose(zscore_normalise(s)[0], zscore_normalise(s)[1])
+
+
+def test_constant_branch_is_neutral():
+    assert np.all(percentile_normalise(np.ones((1, 6))) == 0)
+    assert np.all(zscore_normalise(np.ones((1, 6))) == 0)
+
+
+def test_anchor_constraint_excludes_facet_only_candidates():
+    # branches: full (anchor), action (facet); candidate 9 only in the facet list
+    ids = np.array([[1, 2, 3], [9, 1, 2]])
+    views = np.array(["full", "action"])
+    present = np.array([True, True])
+    cfg = FusionConfig(W)
+    assert candidate_pool(ids, views, present, cfg).tolist() == [1, 2, 3]
+    assert candidate_pool(ids, views, present, ablations(cfg)["fusion_no_anchor"]).tolist() == [1, 2, 3, 9]
+    # a missing anchor view contributes nothing
+    assert candidate_pool(np.array([[1, 2], [5, 6]]), np.array(["full", "structured"]), np.array([True, False]), cfg).tolist() == [1, 2]
+
+
+def test_agreement_term_by_hand():
+    pool = np.array([1, 2, 3])
+    ids = np.array([[1, 2, -1], [2, 1, 3]])
+    w = np.array([1.0, 1.0])
+    k = 10.0
+    got = agreement(ids, pool, w, k)
+    want = np.array([(1 + 11 / 12), (11 / 12 + 1), 11 / 13]) / 2
+    np.testing.assert_allclose(got, want)
+    assert agreement(np.array([[1, 2, 3]]), pool, np.array([1.0]), k)[0] == 1.0  # rank 1 everywhere -> 1
+
+
+def test_fusion_weights_and_agreement_decide_the_order():
+    # two branches (full anchor and scene facet) over candidates 10, 20, 30
+    ids = np.array([[10, 20, 30], [30, 20, 10]])
+    views = np.array(["full", "scene"])
+    present = np.array([True, True])
+    table = {10: (0.9, 0.1), 20: (0.8, 0.5), 30: (0.1, 0.9)}
+
+    def exact(pool):
+        return np.array([[table[g][b] for g in pool] for b in range(2)])
+
+    # by hand: full over the pool [0.9, 0.8, 0.1]: P10 .24, P50 .8, P90 .88 -> [.15625, 0, -1.09375];
+    # scene [0.1, 0.5, 0.9]: P10 .18, P50 .5, P90 .82 -> [-.625, 0, .625]; weights 1 and 0.5 (sum 1.5)
+    want = {10: (0.15625 - 0.3125) / 1.5, 20: 0.0, 30: (-1.09375 + 0.3125) / 1.5}
+    ranked, fused = fuse_query(ids, exact, views, present, FusionConfig(W, agreement_weight=0.0))
+    assert ranked.tolist() == [20, 10, 30]
+    np.testing.assert_allclose(fused, [want[g] for g in ranked], atol=1e-12)
+    # the agreement term adds (k+1)/(k+rank) averaged with the same weights
+    ranked_a, fused_a = fuse_query(ids, exact, views, present, FusionConfig(W, agreement_weight=1.0))
+    agree = {10: (1 + 0.5 * 11 / 13) / 1.5, 20: (11 / 12 + 0.5 * 11 / 12) / 1.5, 30: (11 / 13 + 0.5) / 1.5}
+    np.testing.assert_allclose(fused_a, [want[g] + agree[g] for g in ranked_a], atol=1e-12)
+    # a missing facet drops out: only the anchor decides
+    ranked_m, _ = fuse_query(ids, exact, views, np.array([True, False]), FusionConfig(W))
+    assert ranked_m.tolist() == [10, 20, 30]
+
+
+def test_ablations_differ_in_one_switch():
+    cfg = FusionConfig(W)
+    ab = ablations(cfg)
+    assert ab["fusion_no_anchor"].use_anchor is False and ab["fusion_zscore"].normalisation == "zscore"
+    assert ab["fusion_no_agreement"].agreement_weight == 0.0
+    assert all(w == 0 for v, w in zip(VIEWS, ab["fusion_anchors_only"].view_weights) if v not in cfg.anchor_views)

@@ -1,0 +1,56 @@
+from pathlib import Path
+
+import pytest
+import yaml
+
+from paperworks.core.params import ParamsError, validate_section
+from paperworks.core.profile import compose
+from paperworks.person_search.params import Params
+
+CONF = Path(__file__).resolve().parents[2] / "conf"
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_profiles_validate(profile):
+    section = compose(profile, CONF)["person_search"]
+    p = validate_section("person_search", Params, section)
+    if profile == "paper":  # the paper's gallery size: 1,978 targets + 34,795 distractors
+        assert p.data.n_targets == 1978 and round(p.data.n_targets * p.data.distractor_ratio) == 34795
+
+
+def _default():
+    return yaml.safe_load((CONF / "default" / "person_search.yaml").read_text())
+
+
+def _error(section) -> str:
+    with pytest.raises(ParamsError) as e:
+        validate_section("person_search", Params, section)
+    return str(e.value)
+
+
+def test_wrong_backbone_names_allowed_values():
+    s = _default()
+    s["encoder"]["backbones"] = ["cnn", "resnet50"]
+    msg = _error(s)
+    assert "person_search.encoder.backbones.1" in msg and "'cnn', 'resnet' or 'vit'" in msg
+
+
+def test_out_of_range_and_typos_fail_with_key_path():
+    s = _default()
+    s["data"]["n_targets"] = 5000
+    assert "person_search.data.n_targets" in _error(s)
+    s = _default()
+    s["fusion"]["clipp"] = 3
+    assert "person_search.fusion.clipp" in _error(s)
+    s = _default()
+    s["retrieval"]["engine"] = "annoy"
+    assert "person_search.retrieval.engine" in _error(s) and "'faiss' or 'numpy'" in _error(s)
+
+
+def test_fusion_cross_field_checks():
+    s = _default()
+    s["fusion"]["anchor_views"] = ["action"]
+    assert "anchor_views" in _error(s)
+    s = _default()
+    s["fusion"]["percentiles"] = [50, 10, 90]
+    assert "percentiles" in _error(s)
