@@ -36,6 +36,7 @@ class MethodSpec(StrictModel):
     rho: float = Field(1.0, gt=0.0, description="Rényi order; 1 = KL")
     direction: Literal["reverse", "forward"] = "reverse"
     teacher: Literal["ema", "frozen"] = "ema"
+    steps: int | None = Field(None, ge=1, description="update steps; null = opsd.steps (the long budget)")
 
 
 class OPSDParams(StrictModel):
@@ -59,6 +60,7 @@ class GRPOParams(StrictModel):
     clip_eps: float = Field(0.2, gt=0)
     kl_coef: float = Field(0.02, ge=0, description="k3 KL to the frozen reference")
     adv_eps: float = Field(1e-4, gt=0)
+    steps: int | None = Field(None, ge=1, description="update steps; null = opsd.steps")
 
 
 class SweepParams(StrictModel):

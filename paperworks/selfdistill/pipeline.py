@@ -52,15 +52,16 @@ def load_inputs(p: Params):
 
 def opsd_config(p: Params, spec: MethodSpec, seed: int, steps: int | None = None) -> OPSDConfig:
     o = p.opsd
+    steps = steps or spec.steps or o.steps
     return OPSDConfig(alpha=spec.alpha, rho=spec.rho, direction=spec.direction, teacher=spec.teacher, ema_beta=o.ema_beta,
-                      steps=steps or o.steps, prompts_per_step=o.prompts_per_step, lr=o.lr, warmup_steps=o.warmup_steps,
+                      steps=steps, prompts_per_step=o.prompts_per_step, lr=o.lr, warmup_steps=o.warmup_steps,
                       grad_clip=o.grad_clip, temperature=o.temperature, max_new_tokens=o.max_new_tokens,
-                      eval_every=min(o.eval_every, steps or o.steps), seed=seed)
+                      eval_every=min(o.eval_every, steps), seed=seed)
 
 
 def grpo_config(p: Params, seed: int) -> GRPOConfig:
     o, g = p.opsd, p.grpo
-    return GRPOConfig(steps=o.steps, prompts_per_step=o.prompts_per_step, group_size=g.group_size, lr=o.lr,
+    return GRPOConfig(steps=g.steps or o.steps, prompts_per_step=o.prompts_per_step, group_size=g.group_size, lr=o.lr,
                       warmup_steps=o.warmup_steps, grad_clip=o.grad_clip, clip_eps=g.clip_eps, kl_coef=g.kl_coef,
                       adv_eps=g.adv_eps, temperature=o.temperature, max_new_tokens=o.max_new_tokens,
-                      eval_every=o.eval_every, seed=seed)
+                      eval_every=min(o.eval_every, g.steps or o.steps), seed=seed)

@@ -30,6 +30,11 @@ def entropy_drop(r: dict, key: str = "entropy") -> float:
     return r["history"][0][key] - r["history"][-1][key]
 
 
+def acc_at(r: dict, step: int) -> float:
+    """Held-out (eval subset) greedy accuracy at the last logged step ≤ ``step``."""
+    return [h["acc"] for h in r["history"] if h["step"] <= step][-1]
+
+
 def peak_to_final_drop(r: dict) -> float:
     accs = [h["acc"] for h in r["history"]]
     return max(accs) - accs[-1]
@@ -66,8 +71,10 @@ def claims(runs: dict[str, dict], method: str = "sr_opsd", baseline: str = "reve
     ]
     if "grpo" in runs:
         g = runs["grpo"]
-        out.append(claim(f"{method} vs the GRPO (RLVR) baseline on final held-out greedy accuracy", "pass1",
-                         method, per_seed(m, lambda r: r["final"]["pass1"]), "grpo", per_seed(g, lambda r: r["final"]["pass1"]), unit=unit))
+        step = min(g["runs"][0]["history"][-1]["step"], m["runs"][0]["history"][-1]["step"])  # equal budget
+        out.append(claim(f"{method} vs the GRPO (RLVR) baseline on held-out greedy accuracy at step {step} (equal budget)",
+                         f"acc@{step}", method, per_seed(m, lambda r: acc_at(r, step)), "grpo",
+                         per_seed(g, lambda r: acc_at(r, step)), unit=unit))
     return out
 
 
@@ -75,9 +82,10 @@ def sweep_table(sweep: list[dict]) -> pd.DataFrame:
     rows = []
     for res in sweep:
         for r in res["runs"]:
-            rows.append({"alpha": res["spec"]["alpha"], "rho": res["spec"]["rho"], "seed": r["seed"],
-                         "pass1": r["final"]["pass1"], "entropy": r["final"]["entropy"],
-                         "entropy_drop": entropy_drop(r), "teacher_acc": r["history"][-1].get("teacher_acc", np.nan)})
+            last = r["history"][-1]
+            rows.append({"alpha": res["spec"]["alpha"], "rho": res["spec"]["rho"], "seed": r["seed"], "steps": last["step"],
+                         "acc": last["acc"], "acc_sum": last.get("acc_sum", np.nan), "entropy": last["entropy"],
+                         "entropy_drop": entropy_drop(r), "teacher_acc": last.get("teacher_acc", np.nan)})
     return pd.DataFrame(rows).sort_values(["alpha", "rho", "seed"]).reset_index(drop=True)
 
 

@@ -25,7 +25,7 @@ TASK_SCHEMA = pa.schema([
     ("family", pa.string()),
     ("prompt", pa.string()),
     ("privileged_prompt", pa.string()),
-    ("completion", pa.string()),     # a verified worked solution (the SFT target / the privileged context)
+    ("completion", pa.string()),     # a verified worked solution (sft: the target; train/test: the one in the privileged prompt)
     ("answer", pa.string()),
     ("use_privileged", pa.bool_()),  # sft rows: train on the privileged prompt instead of the plain one
 ])
@@ -158,9 +158,14 @@ def make_tasks(p, seed: int) -> list[dict]:
 
     def row(split: str, key: tuple, use_priv: bool = False) -> dict:
         prob = PROBLEM[key[0]](key)
-        sol = SOLUTION[key[0]](key, rng)
-        return {"split": split, "family": prob.family, "prompt": prob.prompt, "privileged_prompt": privileged_prompt(sol, prob.prompt),
-                "completion": sol, "answer": prob.answer, "use_privileged": use_priv}
+        reference = SOLUTION[key[0]](key, rng)  # the verified solution shown as privileged context
+        # SFT target: an independently drawn solution, so on the multi-solution family the model
+        # learns to use the context's *answer* without copying its order (for unique-solution
+        # families both draws coincide)
+        target = SOLUTION[key[0]](key, rng) if split == "sft" else reference
+        return {"split": split, "family": prob.family, "prompt": prob.prompt,
+                "privileged_prompt": privileged_prompt(reference, prob.prompt),
+                "completion": target, "answer": prob.answer, "use_privileged": use_priv}
 
     for family in FAMILIES:  # test problems are unique and never seen in training
         for _ in range(p.n_test_per_family):

@@ -52,8 +52,9 @@ def main() -> None:
         "seeds": len(p.opsd.seeds),
     }
     if sweep_df is not None:
-        best = sweep_df.groupby(["alpha", "rho"])["pass1"].mean()
-        metrics["sweep_best"] = {"alpha": float(best.idxmax()[0]), "rho": float(best.idxmax()[1]), "pass1": round(float(best.max()), 4)}
+        best = sweep_df.groupby(["alpha", "rho"])["acc"].mean()
+        metrics["sweep_best"] = {"alpha": float(best.idxmax()[0]), "rho": float(best.idxmax()[1]), "acc": round(float(best.max()), 4),
+                                 "steps": int(sweep_df["steps"].max())}
     write_json(METRICS, metrics)
     for c in metrics["claims"]:
         print(f"{c['metric']}: {c['method']} {c['method_mean']:.3f} vs {c['baseline']} {c['baseline_mean']:.3f} "

@@ -33,10 +33,11 @@ def main() -> None:
         raise ParamsError(format_validation_error("selfdistill.sweep", e)) from None
     tasks, tok = load_inputs(p)
     base = load_base(p, tok)
-    result, _ = run_seeds(p, base, tok, tasks, "sweep", spec, p.sweep.seeds, global_seed(read_params_file()), steps=p.sweep.steps)
+    result, _ = run_seeds(p, base, tok, tasks, "sweep", spec, p.sweep.seeds, global_seed(read_params_file()), steps=p.sweep.steps,
+                          final=False)  # short runs: the last held-out probe is the result
     write_json(DATA / "sweep" / f"{sweep_name(args.alpha, args.rho)}.json", result)
     for r in result["runs"]:
-        print(sweep_name(args.alpha, args.rho), r["seed"], {k: round(v, 3) for k, v in r["final"].items()})
+        print(sweep_name(args.alpha, args.rho), r["seed"], {k: round(v, 3) for k, v in r["history"][-1].items()})
 
 
 if __name__ == "__main__":

@@ -56,7 +56,11 @@ def test_test_split_is_held_out_and_answers_verify():
     assert not test & set(df.loc[df.split != "test", "prompt"])
     assert df.groupby(["split", "family"]).size().loc["test"].tolist() == [10, 10, 10]
     assert all(is_correct(c, a) for c, a in zip(df.completion, df.answer))
-    assert all(pp.endswith(p) and c in pp for p, pp, c in zip(df.prompt, df.privileged_prompt, df.completion))
+    assert all(pp.endswith(p) for p, pp in zip(df.prompt, df.privileged_prompt))
+    held = df[df.split != "sft"]
+    assert all(pp == f"ref {c}|{p}" for p, pp, c in zip(held.prompt, held.privileged_prompt, held.completion))
+    uniq = df[(df.split == "sft") & (df.family != "sum")]  # unique-solution families: context = target
+    assert all(c in pp for pp, c in zip(uniq.privileged_prompt, uniq.completion))
 
 
 def _default_section() -> dict:
