@@ -39,12 +39,12 @@ RUN_SCHEMA = pa.schema([
 ])
 
 
-def warm_model_path(size: str, seed: int) -> Path:
-    return MODELS / f"warm_{size}_{seed}.safetensors"
+def warm_model_path(size: str) -> Path:
+    return MODELS / f"warm_{size}.safetensors"
 
 
-def warm_report_path(size: str, seed: int) -> Path:
-    return WARM_DIR / f"{size}_{seed}.json"
+def warm_report_path(size: str) -> Path:
+    return WARM_DIR / f"{size}.json"
 
 
 def run_table_path(size: str, seed: int) -> Path:

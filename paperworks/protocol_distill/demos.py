@@ -30,17 +30,26 @@ def encode_prompt(codec: Codec, question: str, context: str = "") -> list[int]:
     return [codec.bos] + codec.encode(prompt_text(question, context))
 
 
+QUESTION_DROPPED = "what is ?"
+
+
 def warm_start_examples(codec: Codec, tool: SearchTool, questions: list[dict], protocols: dict[tuple[str, str], dict],
-                        teachers: list[str], mix: dict[str, float], seed: int) -> tuple[list[list[int]], list[Completion], dict]:
+                        teachers: list[str], mix: dict[str, float], seed: int,
+                        question_dropout: float = 0.0) -> tuple[list[list[int]], list[Completion], dict]:
     """Episode-format demonstrations for the warm-start questions.
 
     Each question gets one verified protocol (teachers taken in turn); its plan's searches are
     replayed through the tool to make the demonstration. The same demonstration is shown with no
     context, with the protocol, or with the reference answer, each with the inclusion probability
     in ``mix`` — a model trained from scratch cannot use a context it was never shown.
+
+    ``question_dropout``: in that share of the context-conditioned demonstrations the question is
+    replaced by a placeholder, so the completion can only be predicted from the context. Without
+    it a from-scratch model learns to ignore the context (it can copy the same path from the
+    question), and the privileged branch ends up no better than the student.
     """
     rng = np.random.default_rng(seed)
-    prompts, completions, counts = [], [], {"plain": 0, "protocol": 0, "answer": 0, "skipped_unverified": 0}
+    prompts, completions, counts = [], [], {"plain": 0, "protocol": 0, "answer": 0, "skipped_unverified": 0, "question_dropped": 0}
     for k, q in enumerate(questions):
         chosen = None
         for j in range(len(teachers)):
@@ -59,7 +68,11 @@ def warm_start_examples(codec: Codec, tool: SearchTool, questions: list[dict], p
             if rng.random() >= probability:
                 continue
             context = {"plain": "", "protocol": protocol_to_context(chosen), "answer": answer_context(q["answer"])}[kind]
-            prompts.append(encode_prompt(codec, q["text"], context))
+            text = q["text"]
+            if kind != "plain" and rng.random() < question_dropout:
+                text = QUESTION_DROPPED
+                counts["question_dropped"] += 1
+            prompts.append(encode_prompt(codec, text, context))
             completions.append(completion)
             counts[kind] += 1
     return prompts, completions, counts

@@ -2,7 +2,7 @@
 
 An episode is one token sequence::
 
-    <bos> question [context] <act>  <s> query </s> <d> document </d> ... <a> answer </a>
+    <bos> [context] question <act>  <s> query </s> <d> document </d> ... <a> answer </a>
     └──────────── prompt ──────────┘└──── completion: model tokens + tool-inserted <d>…</d> ────┘
 
 The model writes the reasoning words, ``<s> query </s>`` search calls and ``<a> answer </a>``;
@@ -64,7 +64,9 @@ class Codec:
 
 
 def prompt_text(question: str, context: str = "") -> str:
-    return f"{question} {context} {ACT}" if context else f"{question} {ACT}"
+    """The privileged context goes *before* the question, so the question sits at the same distance
+    from the completion in every branch (the student's reading of it transfers unchanged)."""
+    return f"{context} {question} {ACT}" if context else f"{question} {ACT}"
 
 
 def answer_context(answer: str) -> str:

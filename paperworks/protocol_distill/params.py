@@ -48,6 +48,7 @@ class WarmStartParams(StrictModel):
     lr: float = Field(gt=0, le=0.1)
     warmup_steps: int = Field(ge=0)
     mix: WarmMix
+    question_dropout: float = Field(ge=0, le=1, description="share of context-conditioned demos whose question is hidden")
     probe_questions: int = Field(ge=1, description="online-pool questions used to log student/privileged EM")
     eval_every: int = Field(ge=1)
 

@@ -62,4 +62,5 @@ def protocol_to_context(protocol: dict) -> str:
 
 def reason_kind(reason: str) -> str:
     """A rejection reason with long quoted values elided, so equal kinds of error count together."""
+    reason = re.sub(r"^([^:]+: )'[^']*'", r"\1'…'", reason)  # the offending value itself
     return re.sub(r"'[^']{20,}'", "'…'", reason)

@@ -174,7 +174,7 @@ def train_online(model, codec: Codec, tool: SearchTool, items: list[OnlineItem],
         opt.step()
         sched.step()
         groups = rewards.view(cfg.prompts_per_step, cfg.group_size)
-        row = {"step": step + 1, "reward": float(rewards.mean()), "loss_pg": float(loss_pg), "kl": kl_value, "lambda": lam,
+        row = {"step": step + 1, "reward": float(rewards.mean()), "loss_pg": loss_pg.item(), "kl": kl_value, "lambda": lam,
                "all_zero_groups": float((groups.sum(1) == 0).float().mean()),
                "model_tokens": float(ro.loss_mask.sum(1).float().mean()), "answered": float(np.mean([a is not None for a in ro.answers]))}
         if probe is not None and ((step + 1) % cfg.probe_every == 0 or step == cfg.steps - 1):

@@ -47,7 +47,7 @@ def main() -> None:
     df = pd.concat(tables, ignore_index=True)
     if df.empty:
         raise ArtifactError(f"{A.RUNS_DIR}: no evaluation rows")
-    warm = {(s, k): read_json(A.warm_report_path(s, k)) for s in p.sizes for k in p.seeds}
+    warm = {s: read_json(A.warm_report_path(s)) for s in p.sizes}
     synthesis = read_json(A.SYNTHESIS_REPORT)
     summary = summary_table(df)
     claims = headline_claims(df, p.teachers, p.sizes)

@@ -62,7 +62,7 @@ def main() -> None:
     for spec in run_specs(p, args.size):
         seed = derive_seed(gseed, "protocol_distill", "train", args.size, args.seed, spec["run"])
         seed_everything(seed)
-        model, cfg, vocab = load_checkpoint(A.warm_model_path(args.size, args.seed))
+        model, cfg, vocab = load_checkpoint(A.warm_model_path(args.size))
         if vocab != len(ws.codec):
             raise ParamsError(f"warm-start checkpoint has vocab {vocab}, tokenizer has {len(ws.codec)}: rerun warmstart")
         live_dir = A.PLOTS / f"live_online_{args.size}_{args.seed}" / spec["run"]

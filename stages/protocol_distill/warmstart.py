@@ -27,16 +27,16 @@ log = logging.getLogger("paperworks.protocol_distill")
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", required=True)
-    ap.add_argument("--seed", type=int, required=True)
     args = ap.parse_args()
     p = load_section("protocol_distill", Params)
-    if args.size not in p.sizes or args.seed not in p.seeds:
-        raise ParamsError(f"protocol_distill: --size {args.size} --seed {args.seed} not in sizes {p.sizes} / seeds {p.seeds}")
-    seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "warmstart", args.size, args.seed)
+    if args.size not in p.sizes:
+        raise ParamsError(f"protocol_distill: --size {args.size} not in sizes {p.sizes}")
+    # one warm start per student size: the base model every online method and seed starts from
+    seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "warmstart", args.size)
     seed_everything(seed)
     ws = load_workspace(p.search.top_k)
     prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, ws.pool("warm"), ws.protocols, p.teachers,
-                                                       p.warmstart.mix.model_dump(), seed)
+                                                       p.warmstart.mix.model_dump(), seed, p.warmstart.question_dropout)
     cfg = getattr(p.models, args.size)
     data = sft_batch(ws.codec, prompts, completions, cfg.max_positions)
     model = build_model(cfg, len(ws.codec), seed=seed)
@@ -55,9 +55,9 @@ def main() -> None:
     w = p.warmstart
     history = train_sft(model, data, TrainConfig(steps=w.steps, batch_size=w.batch_size, lr=w.lr, warmup_steps=w.warmup_steps,
                                                  eval_every=w.eval_every, log_every=max(1, w.eval_every // 2)),
-                        seed=seed, live_dir=A.PLOTS / f"live_warm_{args.size}_{args.seed}", eval_fn=probe,
-                        desc=f"warm {args.size}/{args.seed}")
-    save_checkpoint(model, A.warm_model_path(args.size, args.seed), cfg, len(ws.codec))
+                        seed=seed, live_dir=A.PLOTS / f"live_warm_{args.size}", eval_fn=probe,
+                        desc=f"warm {args.size}")
+    save_checkpoint(model, A.warm_model_path(args.size), cfg, len(ws.codec))
     # before online training: how much does each privileged context help on the held-out questions?
     test = ws.pool("test")
     branches = {}
@@ -67,9 +67,9 @@ def main() -> None:
         branches[branch] = {"em_by_set": em_by_set(rows), "em_per_question": {x["qid"]: x["em"] for x in rows}}
         multi = [x["em"] for x in rows if x["qset"] in MULTI_HOP_SETS]
         branches[branch]["em_multi_hop"] = float(np.mean(multi))
-        log.info("warm %s/%d %s: avg EM %.3f, multi-hop %.3f", args.size, args.seed, branch,
+        log.info("warm %s %s: avg EM %.3f, multi-hop %.3f", args.size, branch,
                  branches[branch]["em_by_set"]["avg"], branches[branch]["em_multi_hop"])
-    write_json(A.warm_report_path(args.size, args.seed), {"demonstrations": counts, "final_loss": history[-1]["loss"],
+    write_json(A.warm_report_path(args.size), {"demonstrations": counts, "final_loss": history[-1]["loss"],
                                                           "branches": branches})
 
 
