@@ -1,0 +1,52 @@
+"""Glue shared by the training stages: loading the world's tools and building prompts per branch."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from paperworks.core.lm.tokenizer import load_tokenizer
+from paperworks.protocol_distill import artifacts as A
+from paperworks.protocol_distill.demos import encode_prompt, valid_protocols
+from paperworks.protocol_distill.episode import Codec, answer_context
+from paperworks.protocol_distill.protocol import protocol_to_context
+from paperworks.protocol_distill.search import SearchTool
+from paperworks.protocol_distill.teacher import TEACHERS
+
+
+@dataclass
+class Workspace:
+    codec: Codec
+    tool: SearchTool
+    questions: list[dict]
+    protocol_rows: list[dict]
+    protocols: dict
+
+    def pool(self, name: str) -> list[dict]:
+        return [q for q in self.questions if q["pool"] == name]
+
+
+def load_workspace(top_k: int) -> Workspace:
+    codec = Codec(load_tokenizer(A.TOKENIZER))
+    rows = A.read_protocol_rows()
+    return Workspace(codec, SearchTool(A.read_docs(), top_k), A.read_questions(), rows, valid_protocols(rows))
+
+
+def branch_prompts(ws: Workspace, questions: list[dict], branch: str) -> list[list[int]]:
+    """Prompts of one branch: "student" (question only), "answer" (question + reference answer) or a
+    teacher name (question + that teacher's protocol; a rejected protocol leaves the question bare)."""
+    out = []
+    for q in questions:
+        if branch == "student":
+            ctx = ""
+        elif branch == "answer":
+            ctx = answer_context(q["answer"])
+        else:
+            p = ws.protocols.get((q["qid"], branch))
+            ctx = protocol_to_context(p) if p is not None else ""
+        out.append(encode_prompt(ws.codec, q["text"], ctx))
+    return out
+
+
+def tic_words(teachers: list[str]) -> set[str]:
+    """Words that only the teachers' narration uses (not questions, documents or the episode format)."""
+    return set().union(*(TEACHERS[t].tic_words for t in teachers)) - {",", ".", "!", ":", "the", "is", "a", "i",
+                                                                      "this", "let", "me", "answer", "of", "and"}

@@ -1,0 +1,230 @@
+"""The offline multi-agent teacher standing in for the paper's proprietary model.
+
+No proprietary model is reachable here, so the "teacher" is a rule-based multi-agent system with
+privileged access to the world's structure (it knows each question's relation chain and the
+canonical relation words, but must still find entities, aliases and facts through the search tool):
+
+- Decomposer: turns each hop of the question into a sub-query and searches;
+- Repair: when a search returns the wrong document, diagnoses why (alias document, paraphrased
+  relation word, namesake) and reformulates, up to the variant's repair budget;
+- Protocol Synthesizer: turns the exploration trace into the five-field JSON protocol.
+
+Three variants differ in strategy (first-query wording, repair budget, extra context, plan order)
+and in style: each also writes a verbose natural-language trace with its own stylistic tics, the
+training data of the trace-imitation baseline. Like a real LLM synthesizer, each variant sometimes
+emits a malformed protocol; the schema rejects those with a reason.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from paperworks.protocol_distill.protocol import protocol_errors
+from paperworks.protocol_distill.search import SearchTool
+from paperworks.protocol_distill.world import Question, World
+
+
+@dataclass(frozen=True)
+class TeacherStyle:
+    name: str
+    first_wording: str          # "canonical": the relation word documents use; "surface": the question's wording
+    max_repairs: int            # reformulations allowed per hop
+    extra_context: bool         # also looks up the first subject's birthplace (breadth-first habit)
+    reverse_comparison: bool    # searches the second entity of a comparison first
+    plan_verb: str
+    opening: str
+    before_search: str
+    after_success: str
+    after_failure: str
+    closing: str
+    defect: str                 # the kind of malformed protocol this variant sometimes writes
+    defect_rate: float
+
+    @property
+    def tic_words(self) -> set[str]:
+        text = " ".join([self.opening, self.before_search, self.after_success, self.after_failure, self.closing])
+        return set(text.split())
+
+
+TEACHERS: dict[str, TeacherStyle] = {
+    "opus": TeacherStyle(
+        "opus", "canonical", 3, False, False, "search",
+        opening="certainly ! let me think step by step about this question .",
+        before_search="first , i will carefully search :",
+        after_success="excellent , this is clearly relevant .",
+        after_failure="hmm , that did not work . let me rephrase the query .",
+        closing="to summarize , having carefully verified everything , the answer is",
+        defect="plan_not_list", defect_rate=0.03),
+    "gpt": TeacherStyle(
+        "gpt", "surface", 2, False, False, "lookup",
+        opening="great question ! here is my plan .",
+        before_search="next step , quick lookup :",
+        after_success="got it . here is what i found .",
+        after_failure="oops , no luck . trying again .",
+        closing="in short , the final answer is",
+        defect="missing_field", defect_rate=0.05),
+    "gemini": TeacherStyle(
+        "gemini", "canonical", 2, True, True, "find",
+        opening="interesting ! let us explore this from several angles .",
+        before_search="digging deeper , i query :",
+        after_success="fascinating , another piece of the puzzle .",
+        after_failure="curious , an unexpected result . reconsidering the angle .",
+        closing="all in all , weighing the evidence , the answer is",
+        defect="unknown_task_type", defect_rate=0.04),
+}
+
+
+@dataclass
+class Step:
+    query: str
+    result: str          # the returned document ("" for none)
+    ok: bool
+    note: str = ""       # the Repair agent's diagnosis of a failed search
+
+
+@dataclass
+class Exploration:
+    steps: list[Step] = field(default_factory=list)
+    facts: list[str] = field(default_factory=list)
+    successful_queries: list[str] = field(default_factory=list)
+    answer: str | None = None
+
+
+def _decompose(world: World, q: Question, style: TeacherStyle) -> list[tuple[int, str, str]]:
+    """Sub-queries as (hop index, entity mention, relation word); hop 0's mention is the question's."""
+    order = list(range(len(q.chain)))
+    if q.task_type == "comparison" and style.reverse_comparison:
+        order.reverse()
+    out = []
+    for hop in order:
+        subject, rel = q.chain[hop]
+        if q.task_type == "comparison":
+            mention = world.display(subject)
+        else:
+            mention = q.subject_mention if hop == 0 else ""  # later hops use the entity found before
+        wording = rel if style.first_wording == "canonical" else q.surfaces[hop].split()[-1]
+        out.append((hop, mention, wording))
+    return out
+
+
+def _repair(world: World, mention: str, wording: str, subject: str, rel: str, result: str) -> tuple[str, str, str]:
+    """Diagnose a failed search and reformulate: alias → real name, paraphrase → canonical, namesake → qualifier."""
+    ent = world.entities[subject]
+    words = result.split()
+    if len(words) >= 3 and words[1] == "alias" and mention == words[0]:
+        return ent.name, wording, f"{mention} is an alias of {ent.name}"
+    if wording != rel:
+        return mention, rel, f"the documents call {wording} {rel}"
+    if mention != ent.name:
+        return ent.name, wording, f"{mention} has a namesake , use {ent.name}"
+    return mention, wording, "no diagnosis"
+
+
+def explore(world: World, tool: SearchTool, q: Question, style: TeacherStyle) -> Exploration:
+    """Decomposer + Repair: run the sub-queries, repairing failed searches within the budget."""
+    ex = Exploration()
+    found: dict[int, str] = {}
+    if (style.extra_context and q.task_type != "comparison" and not q.uses_alias
+            and world.kind(q.chain[0][0]) == "person"):
+        # breadth habit: one extra look at the first subject (its birthplace) before the chain
+        subject = q.chain[0][0]
+        query = f"{world.display(subject)} birthplace"
+        res = tool.search(query)
+        ok = res == (world.fact_doc(subject, "birthplace"),)
+        ex.steps.append(Step(query, res[0] if res else "", ok))
+        if ok:
+            ex.facts.append(res[0])
+            ex.successful_queries.append(query)
+    for hop, mention, wording in _decompose(world, q, style):
+        subject, rel = q.chain[hop]
+        if not mention:
+            if hop - 1 not in found:
+                break  # the chain broke earlier: nothing to search from
+            mention = world.display(found[hop - 1])
+        expected = world.fact_doc(subject, rel)
+        for attempt in range(style.max_repairs + 1):
+            query = f"{mention} {wording}"
+            res = tool.search(query)
+            doc = res[0] if res else ""
+            if doc == expected:
+                ex.steps.append(Step(query, doc, True))
+                ex.facts.append(doc)
+                ex.successful_queries.append(query)
+                found[hop] = world.facts[(subject, rel)]
+                break
+            if attempt == style.max_repairs:
+                ex.steps.append(Step(query, doc, False, "repair budget spent"))
+                break
+            new_mention, new_wording, note = _repair(world, mention, wording, subject, rel, doc)
+            ex.steps.append(Step(query, doc, False, note))
+            if note.endswith(f"alias of {world.entities[subject].name}"):
+                # the alias document itself is evidence: keep the resolving lookup in the plan
+                ex.facts.append(doc)
+                ex.successful_queries.append(f"{mention} alias")
+            mention, wording = new_mention, new_wording
+    if len(found) == len(q.chain):
+        if q.task_type == "comparison":
+            (pa, _), (pb, _) = q.chain
+            ya, yb = int(found[0]), int(found[1])
+            ex.answer = world.display(pa) if ya < yb else world.display(pb)
+        else:
+            ex.answer = world.display(found[len(q.chain) - 1])
+    return ex
+
+
+def synthesize(q: Question, ex: Exploration, style: TeacherStyle, rng: np.random.Generator) -> dict:
+    """Protocol Synthesizer: the exploration trace → the five-field protocol (possibly malformed)."""
+    plan = [f"{style.plan_verb} {qq}" for qq in ex.successful_queries]
+    if q.task_type == "comparison":
+        plan.append("compare born years , earlier wins")
+    plan.append("answer with the last fact" if q.task_type != "comparison" else "answer with the earlier person")
+    partial = [f"{s.query} gave {s.result or 'nothing'} : {s.note}" for s in ex.steps if not s.ok and s.note]
+    verified = ex.answer is not None and any(ex.answer in f for f in ex.facts)
+    protocol = {
+        "task_type": q.task_type,
+        "plan": plan,
+        "grounding_facts": list(ex.facts),
+        "partial_findings": partial,
+        "answer_verified": bool(verified),
+    }
+    if rng.random() < style.defect_rate:  # the synthesizer's own slips, which the schema must catch
+        if style.defect == "plan_not_list":
+            protocol["plan"] = " then ".join(plan)
+        elif style.defect == "missing_field":
+            del protocol["answer_verified"]
+        elif style.defect == "unknown_task_type":
+            protocol["task_type"] = q.task_type.replace("_", "-")
+    return protocol
+
+
+def nl_trace(ex: Exploration, style: TeacherStyle) -> str:
+    """The verbose natural-language trace in episode format (search calls and inserted documents)."""
+    parts = [style.opening]
+    for s in ex.steps:
+        parts.append(f"{style.before_search} <s> {s.query} </s> <d> {s.result or 'none'} </d>")
+        parts.append(style.after_success if s.ok else style.after_failure)
+    parts.append(f"{style.closing} <a> {ex.answer or 'unknown'} </a>")
+    return " ".join(parts)
+
+
+def run_teacher(world: World, tool: SearchTool, questions: list[Question], style: TeacherStyle, seed: int) -> list[dict]:
+    """One record per question: protocol JSON text, validity + reason, NL trace, teacher answer."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for q in questions:
+        ex = explore(world, tool, q, style)
+        protocol = synthesize(q, ex, style, rng)
+        errors = protocol_errors(protocol)
+        rows.append({
+            "qid": q.qid, "teacher": style.name,
+            "protocol_json": json.dumps(protocol, sort_keys=True),
+            "valid": not errors, "reject_reason": "; ".join(errors),
+            "trace": nl_trace(ex, style),
+            "teacher_answer": ex.answer or "",
+            "teacher_correct": ex.answer == q.answer,
+            "n_searches": len(ex.steps),
+            "n_repairs": sum(1 for s in ex.steps if not s.ok),
+        })
+    return rows

@@ -1,0 +1,310 @@
+"""The synthetic world: a seeded knowledge base, its documents and aliases, and seven question sets.
+
+Designed so that a search *protocol* is genuinely useful (the calibration notes of the issue):
+- question wording uses relation *paraphrases*, some ambiguous ("head" is a company's ceo but a
+  city's mayor), while documents use one canonical relation word, so the literal wording finds
+  the wrong document;
+- some people share a name (colliding names); their documents carry a qualifier ("senior"/"junior")
+  that the query must repeat, otherwise the namesake's document may come back;
+- people have nicknames (aliases) that only an alias document resolves: searching the nickname
+  with a relation returns the alias document, and the search has to be repaired with the real name.
+
+Everything is a pure function of the seed; texts are lower-case words separated by single spaces.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# canonical relation -> (subject type, object type)
+RELATIONS: dict[str, tuple[str, str]] = {
+    "employer": ("person", "org"),
+    "birthplace": ("person", "city"),
+    "born": ("person", "year"),
+    "mentor": ("person", "person"),
+    "founder": ("org", "person"),
+    "headquarters": ("org", "city"),
+    "ceo": ("org", "person"),
+    "mayor": ("city", "person"),
+}
+# how questions name a relation; the first form is the canonical word, "head"/"leader" are ambiguous
+SURFACES: dict[str, list[str]] = {
+    "employer": ["employer", "workplace", "company"],
+    "birthplace": ["birthplace", "hometown", "native city"],
+    "born": ["born", "birth year", "year of birth"],
+    "mentor": ["mentor", "teacher", "advisor"],
+    "founder": ["founder", "creator"],
+    "headquarters": ["headquarters", "base city"],
+    "ceo": ["ceo", "head", "leader"],
+    "mayor": ["mayor", "head", "leader"],
+}
+ORG_SUFFIXES = ("labs", "guild", "works", "company")
+YEARS = tuple(range(1850, 1950))
+
+# the seven question sets standing in for the paper's seven benchmarks
+QUESTION_SETS: dict[str, str] = {
+    "nq": "single_hop",            # canonical relation word
+    "triviaqa": "single_hop",      # paraphrased relation word
+    "popqa": "single_hop",         # subject named by an alias
+    "hotpotqa": "multi_hop_bridge",
+    "2wiki": "comparison",
+    "musique": "multi_hop_compositional",
+    "bamboogle": "multi_hop_bridge",  # bridge whose subject is an alias or a colliding name
+}
+MULTI_HOP_SETS = ("hotpotqa", "2wiki", "musique", "bamboogle")
+POOLS = ("warm", "online", "test")
+
+
+@dataclass(frozen=True)
+class WorldConfig:
+    n_persons: int = 120
+    n_orgs: int = 30
+    n_cities: int = 20
+    n_collisions: int = 12          # people who share their name with another person
+    questions_per_set: dict[str, int] = field(default_factory=lambda: {"warm": 160, "online": 160, "test": 60})
+
+
+@dataclass
+class Entity:
+    eid: str
+    etype: str
+    name: str            # the display name used in documents and answers (with qualifier if colliding)
+    base_name: str       # the name without qualifier
+    alias: str | None = None
+
+
+@dataclass
+class World:
+    entities: dict[str, Entity]
+    facts: dict[tuple[str, str], str]      # (subject eid, relation) -> object eid or year string
+    docs: list[str]
+    alias_of: dict[str, str]               # alias -> eid
+    subject_pool: dict[str, str]           # eid -> pool of questions asked about it
+
+    def display(self, value: str) -> str:
+        return self.entities[value].name if value in self.entities else value
+
+    def kind(self, value: str) -> str:
+        return self.entities[value].etype if value in self.entities else "year"
+
+    def fact_doc(self, subject: str, relation: str) -> str:
+        return f"{self.display(subject)} {relation} {self.display(self.facts[(subject, relation)])}"
+
+
+def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll: int = 2, max_syll: int = 3) -> list[str]:
+    """Pronounceable made-up words, unique across every pool (``taken`` is updated)."""
+    onsets = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kl", "st", "tr", "sh"]
+    vowels = ["a", "e", "i", "o", "u", "ai", "ou"]
+    out: list[str] = []
+    while len(out) < n:
+        k = int(rng.integers(min_syll, max_syll + 1))
+        word = "".join(onsets[rng.integers(len(onsets))] + vowels[rng.integers(len(vowels))] for _ in range(k))
+        if rng.random() < 0.5:
+            word += ["n", "r", "l", "s", "x"][rng.integers(5)]
+        if word not in taken:
+            taken.add(word)
+            out.append(word)
+    return out
+
+
+def build_world(cfg: WorldConfig, seed: int) -> World:
+    rng = np.random.default_rng(seed)
+    taken: set[str] = set()
+    firsts = _syllable_words(rng, 40, taken)
+    lasts = _syllable_words(rng, 60, taken)
+    nicknames = _syllable_words(rng, cfg.n_persons, taken, 3, 3)
+    org_words = _syllable_words(rng, cfg.n_orgs, taken)
+    city_words = _syllable_words(rng, cfg.n_cities, taken)
+
+    entities: dict[str, Entity] = {}
+    cities = [f"c{i:03d}" for i in range(cfg.n_cities)]
+    for eid, w in zip(cities, city_words):
+        entities[eid] = Entity(eid, "city", w, w)
+    orgs = [f"o{i:03d}" for i in range(cfg.n_orgs)]
+    for i, eid in enumerate(orgs):
+        name = f"{org_words[i]} {ORG_SUFFIXES[i % len(ORG_SUFFIXES)]}"
+        entities[eid] = Entity(eid, "org", name, name)
+    persons = [f"p{i:03d}" for i in range(cfg.n_persons)]
+    pairs = [(f, l) for f in firsts for l in lasts]
+    chosen = rng.choice(len(pairs), size=cfg.n_persons - cfg.n_collisions, replace=False)
+    names = [f"{pairs[j][0]} {pairs[j][1]}" for j in chosen]
+    # colliding names: the last n_collisions people reuse a name of an earlier person
+    names += [names[int(j)] for j in rng.choice(len(names), size=cfg.n_collisions, replace=False)]
+
+    facts: dict[tuple[str, str], str] = {}
+    for eid, name, nick in zip(persons, names, nicknames):
+        entities[eid] = Entity(eid, "person", name, name, alias=nick)
+        facts[(eid, "employer")] = orgs[rng.integers(len(orgs))]
+        facts[(eid, "birthplace")] = cities[rng.integers(len(cities))]
+        facts[(eid, "born")] = str(YEARS[rng.integers(len(YEARS))])
+    for eid in persons:
+        others = [p for p in persons if p != eid]
+        facts[(eid, "mentor")] = others[rng.integers(len(others))]
+    for eid in orgs:
+        facts[(eid, "founder")] = persons[rng.integers(len(persons))]
+        facts[(eid, "headquarters")] = cities[rng.integers(len(cities))]
+        facts[(eid, "ceo")] = persons[rng.integers(len(persons))]
+    for eid in cities:
+        facts[(eid, "mayor")] = persons[rng.integers(len(persons))]
+
+    # colliding people are told apart by a qualifier ("senior"/"junior") in documents, questions and
+    # answers; a query without it ties between the namesakes' documents
+    holders: dict[str, list[str]] = {}
+    for eid in persons:
+        holders.setdefault(entities[eid].base_name, []).append(eid)
+    for group in holders.values():
+        if len(group) > 1:
+            for eid, qual in zip(group, ("senior", "junior")):
+                entities[eid].name = f"{entities[eid].base_name} {qual}"
+
+    world = World(entities, facts, [], {}, {})
+    docs = [world.fact_doc(s, r) for (s, r) in sorted(facts)]
+    for eid in persons:
+        world.alias_of[entities[eid].alias] = eid
+        docs.append(f"{entities[eid].alias} alias {entities[eid].name}")
+    world.docs = docs
+    # disjoint subjects per pool: test questions never start from an entity seen in training questions
+    for group in (persons, orgs, cities):
+        order = [group[i] for i in rng.permutation(len(group))]
+        for i, eid in enumerate(order):
+            world.subject_pool[eid] = POOLS[i % 3]
+    return world
+
+
+@dataclass(frozen=True)
+class Question:
+    qid: str
+    qset: str
+    pool: str
+    task_type: str
+    text: str
+    answer: str
+    chain: tuple[tuple[str, str], ...]   # (subject eid, canonical relation) per hop, in search order
+    subject_mention: str                 # how the question names the first subject (name or alias)
+    surfaces: tuple[str, ...]            # the relation wording the question uses, per hop in search order
+    uses_alias: bool
+    collides: bool
+
+
+def _valid_chains(world: World, start: str, hops: int) -> list[tuple[tuple[str, str], ...]]:
+    chains: list[tuple[tuple[str, str], ...]] = [()]
+    current = [start]
+    for _ in range(hops):
+        new_chains, new_current = [], []
+        for chain, ent in zip(chains, current):
+            if world.kind(ent) == "year":
+                continue
+            for rel, (stype, _) in RELATIONS.items():
+                if stype == world.kind(ent) and (ent, rel) in world.facts:
+                    new_chains.append(chain + ((ent, rel),))
+                    new_current.append(world.facts[(ent, rel)])
+        chains, current = new_chains, new_current
+    return chains
+
+
+def _phrase(rel: str, rng: np.random.Generator, paraphrase: bool) -> str:
+    forms = SURFACES[rel]
+    return forms[0] if not paraphrase else forms[1 + int(rng.integers(len(forms) - 1))]
+
+
+def _chain_question(world: World, chain, mention: str, rng, paraphrase: bool) -> tuple[str, tuple[str, ...]]:
+    # outermost relation first: "what is the founder of the employer of alba rook ?"
+    surfaces = tuple(_phrase(rel, rng, paraphrase) for (_, rel) in chain)
+    parts = [f"the {surf} of" for surf in reversed(surfaces)]
+    return "what is " + " ".join(parts) + f" {mention} ?", surfaces
+
+
+def _answer_of(world: World, chain) -> str:
+    subject, rel = chain[-1]
+    return world.display(world.facts[(subject, rel)])
+
+
+def make_questions(world: World, cfg: WorldConfig, seed: int) -> list[Question]:
+    """Seven question sets × three disjoint pools (warm start / online training / test)."""
+    rng = np.random.default_rng(seed + 1)
+    persons = sorted(e for e, v in world.entities.items() if v.etype == "person")
+    colliding = [p for p in persons if world.entities[p].name != world.entities[p].base_name]
+    starts_any = sorted(world.entities)
+    out: list[Question] = []
+    seen_text: set[str] = set()
+    for qset, task_type in QUESTION_SETS.items():
+        for pool in POOLS:
+            want = cfg.questions_per_set[pool]
+            pool_any = [e for e in starts_any if world.subject_pool[e] == pool]
+            pool_persons = [e for e in persons if world.subject_pool[e] == pool]
+            pool_colliding = [e for e in colliding if world.subject_pool[e] == pool]
+            made, attempts = 0, 0
+            while made < want and attempts < want * 200:
+                attempts += 1
+                uses_alias, paraphrase = False, qset != "nq"
+                if qset == "2wiki":
+                    a, b = rng.choice(len(pool_persons), size=2, replace=False)
+                    pa, pb = pool_persons[a], pool_persons[b]
+                    ya, yb = int(world.facts[(pa, "born")]), int(world.facts[(pb, "born")])
+                    if ya == yb:
+                        continue
+                    verb = ["who was born earlier", "who was born first", "who is older"][rng.integers(3)]
+                    na, nb = world.display(pa), world.display(pb)
+                    text = f"{verb} , {na} or {nb} ?"
+                    chain = ((pa, "born"), (pb, "born"))
+                    surfaces = ("born", "born")
+                    answer = na if ya < yb else nb
+                    mention, collides = na, pa in colliding or pb in colliding
+                else:
+                    hops = {"single_hop": 1, "multi_hop_bridge": 2, "multi_hop_compositional": 3}[task_type]
+                    if qset == "popqa":
+                        start, uses_alias = pool_persons[rng.integers(len(pool_persons))], True
+                    elif qset == "bamboogle":
+                        use_collision = rng.random() < 0.5 and pool_colliding
+                        src = pool_colliding if use_collision else pool_persons
+                        start = src[rng.integers(len(src))]
+                        uses_alias = not use_collision
+                    else:
+                        start = pool_any[rng.integers(len(pool_any))]
+                    chains = _valid_chains(world, start, hops)
+                    if not chains:
+                        continue
+                    chain = chains[rng.integers(len(chains))]
+                    mention = world.entities[start].alias if uses_alias else world.display(start)
+                    text, surfaces = _chain_question(world, chain, mention, rng, paraphrase)
+                    answer = _answer_of(world, chain)
+                    collides = start in colliding
+                if text in seen_text:
+                    continue
+                seen_text.add(text)
+                out.append(Question(f"{qset}-{pool}-{made:04d}", qset, pool, task_type, text, answer,
+                                    tuple(chain), mention, surfaces, uses_alias, bool(collides)))
+                made += 1
+    return out
+
+
+# ---------------------------------------------------------------- serialisation (JSON / Parquet rows)
+def world_to_dict(world: World) -> dict:
+    return {
+        "entities": [vars(e) for e in world.entities.values()],
+        "facts": [[s, r, o] for (s, r), o in sorted(world.facts.items())],
+        "docs": world.docs,
+        "alias_of": world.alias_of,
+        "subject_pool": world.subject_pool,
+    }
+
+
+def world_from_dict(data: dict) -> World:
+    entities = {e["eid"]: Entity(**e) for e in data["entities"]}
+    facts = {(s, r): o for s, r, o in data["facts"]}
+    return World(entities, facts, list(data["docs"]), dict(data["alias_of"]), dict(data["subject_pool"]))
+
+
+def question_to_row(q: Question) -> dict:
+    row = dict(vars(q))
+    row["chain"] = [f"{s}|{r}" for s, r in q.chain]
+    row["surfaces"] = list(q.surfaces)
+    return row
+
+
+def question_from_row(row: dict) -> Question:
+    row = dict(row)
+    row["chain"] = tuple(tuple(x.split("|")) for x in row["chain"])
+    row["surfaces"] = tuple(row["surfaces"])
+    return Question(**row)

@@ -1,0 +1,77 @@
+"""Stage protocol_distill_evaluate: every run's test results → summary table, claims, plots."""
+from __future__ import annotations
+
+import logging
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from paperworks.core.io import ArtifactError, atomic_path, read_json, read_parquet, write_json, write_text  # noqa: E402
+from paperworks.core.params import load_section  # noqa: E402
+from paperworks.core.stage import stage_main  # noqa: E402
+from paperworks.protocol_distill import artifacts as A  # noqa: E402
+from paperworks.protocol_distill.params import Params  # noqa: E402
+from paperworks.protocol_distill.report import headline_claims, privileged_gap_claims, summary_table  # noqa: E402
+
+log = logging.getLogger("paperworks.protocol_distill")
+
+
+def plot_em(summary: pd.DataFrame, path) -> None:
+    sizes = sorted(summary["size"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4), squeeze=False)
+    for ax, size in zip(axes[0], sizes):
+        s = summary[summary["size"] == size].sort_values("run")
+        x = range(len(s))
+        ax.bar([i - 0.2 for i in x], s.em_single_hop, width=0.4, label="single-hop EM")
+        ax.bar([i + 0.2 for i in x], s.em_multi_hop, width=0.4, label="multi-hop EM")
+        ax.set_xticks(list(x), s.run, rotation=45, ha="right")
+        ax.set_title(f"student size: {size}")
+        ax.set_ylim(0, 1)
+        ax.legend()
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+@stage_main
+def main() -> None:
+    p = load_section("protocol_distill", Params)
+    tables = []
+    for size in p.sizes:
+        for seed in p.seeds:
+            tables.append(read_parquet(A.run_table_path(size, seed), A.RUN_SCHEMA))
+    df = pd.concat(tables, ignore_index=True)
+    if df.empty:
+        raise ArtifactError(f"{A.RUNS_DIR}: no evaluation rows")
+    warm = {s: read_json(A.warm_report_path(s)) for s in p.sizes}
+    synthesis = read_json(A.SYNTHESIS_REPORT)
+    summary = summary_table(df)
+    claims = headline_claims(df, p.teachers, p.sizes)
+    gap_claims, gap_table = privileged_gap_claims(warm, p.teachers)
+    with atomic_path(A.PLOTS / "results.csv") as tmp:
+        summary.to_csv(tmp, index=False, float_format="%.4f")
+    sweep = summary[summary.run.str.startswith(f"mapd_{p.teachers[0]}")][["size", "run", "kl_coef", "em_avg", "em_multi_hop", "seeds"]]
+    with atomic_path(A.PLOTS / "lambda_sweep.csv") as tmp:
+        sweep.sort_values(["size", "kl_coef"]).to_csv(tmp, index=False, float_format="%.4f")
+    plot_em(summary, A.PLOTS / "em_by_method.png")
+    brief = {f"{r['size']}/{r['run']}": {"em_avg": r["em_avg"], "em_multi_hop": r["em_multi_hop"], "mean_length": r["mean_length"],
+                                         "style_drift": r["style_drift"], "unsupported": r["unsupported"], "no_answer": r["no_answer"]}
+             for r in summary.to_dict("records")}
+    teachers = {t: {k: v for k, v in synthesis[t].items() if k != "reject_reasons"} for t in p.teachers}
+    write_json(A.METRICS, {"claims": claims + gap_claims, "summary": brief, "privileged_gap": gap_table,
+                           "teachers": teachers, "seeds": len(p.seeds), "test_questions": int(df.qid.nunique())})
+    lines = ["| size | run | EM avg | EM multi-hop | length | style drift | unsupported | no answer |", "|---|---|---|---|---|---|---|---|"]
+    for r in summary.to_dict("records"):
+        lines.append(f"| {r['size']} | {r['run']} | {r['em_avg']:.3f} | {r['em_multi_hop']:.3f} | {r['mean_length']:.1f} | "
+                     f"{r['style_drift']:.3f} | {r['unsupported']:.3f} | {r['no_answer']} |")
+    write_text(A.PLOTS / "results.md", "\n".join(lines) + "\n")
+    for c in claims + gap_claims:
+        log.info("%s: %s %.3f vs %s %.3f → %s", c["statement"], c["method"], c["method_mean"], c["baseline"], c["baseline_mean"], c["verdict"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""Stage protocol_distill_warmstart: SFT on episode-format demonstrations (plain, protocol- and
+answer-conditioned), then the before-online-training report: student vs privileged branches."""
+from __future__ import annotations
+
+import argparse
+import logging
+
+import numpy as np
+
+from paperworks.core.io import write_json
+from paperworks.core.lm import TrainConfig, build_model, save_checkpoint, train_sft
+from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
+from paperworks.core.seeding import derive_seed, seed_everything
+from paperworks.core.stage import stage_main
+from paperworks.protocol_distill import artifacts as A
+from paperworks.protocol_distill.demos import warm_start_examples
+from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
+from paperworks.protocol_distill.params import Params
+from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
+from paperworks.protocol_distill.train import sft_batch
+from paperworks.protocol_distill.world import MULTI_HOP_SETS
+
+log = logging.getLogger("paperworks.protocol_distill")
+
+
+@stage_main
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", required=True)
+    args = ap.parse_args()
+    p = load_section("protocol_distill", Params)
+    if args.size not in p.sizes:
+        raise ParamsError(f"protocol_distill: --size {args.size} not in sizes {p.sizes}")
+    # one warm start per student size: the base model every online method and seed starts from
+    seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "warmstart", args.size)
+    seed_everything(seed)
+    ws = load_workspace(p.search.top_k)
+    prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, ws.pool("warm"), ws.protocols, p.teachers,
+                                                       p.warmstart.mix.model_dump(), seed, p.warmstart.question_dropout)
+    cfg = getattr(p.models, args.size)
+    data = sft_batch(ws.codec, prompts, completions, cfg.max_positions)
+    model = build_model(cfg, len(ws.codec), seed=seed)
+    tics = tic_words(p.teachers)
+    r = p.rollout
+    probe_qs = ws.pool("online")[:: max(1, len(ws.pool("online")) // p.warmstart.probe_questions)][: p.warmstart.probe_questions]
+    probe_student = branch_prompts(ws, probe_qs, "student")
+    probe_priv = branch_prompts(ws, probe_qs, p.teachers[0])
+
+    def probe(step: int) -> dict[str, float]:
+        # the privileged branch's own EM, logged throughout (it can drift and drag the student)
+        s = evaluate_prompts(model, ws.codec, ws.tool, probe_qs, probe_student, tics, r.max_completion, r.max_searches, p.eval_batch_size)
+        v = evaluate_prompts(model, ws.codec, ws.tool, probe_qs, probe_priv, tics, r.max_completion, r.max_searches, p.eval_batch_size)
+        return {"probe_student_em": float(np.mean([x["em"] for x in s])), "probe_privileged_em": float(np.mean([x["em"] for x in v]))}
+
+    w = p.warmstart
+    history = train_sft(model, data, TrainConfig(steps=w.steps, batch_size=w.batch_size, lr=w.lr, warmup_steps=w.warmup_steps,
+                                                 eval_every=w.eval_every, log_every=max(1, w.eval_every // 2)),
+                        seed=seed, live_dir=A.PLOTS / f"live_warm_{args.size}", eval_fn=probe,
+                        desc=f"warm {args.size}")
+    save_checkpoint(model, A.warm_model_path(args.size), cfg, len(ws.codec))
+    # before online training: how much does each privileged context help on the held-out questions?
+    test = ws.pool("test")
+    branches = {}
+    for branch in ["student", "answer", *p.teachers]:
+        rows = evaluate_prompts(model, ws.codec, ws.tool, test, branch_prompts(ws, test, branch), tics,
+                                r.max_completion, r.max_searches, p.eval_batch_size)
+        branches[branch] = {"em_by_set": em_by_set(rows), "em_per_question": {x["qid"]: x["em"] for x in rows}}
+        multi = [x["em"] for x in rows if x["qset"] in MULTI_HOP_SETS]
+        branches[branch]["em_multi_hop"] = float(np.mean(multi))
+        log.info("warm %s %s: avg EM %.3f, multi-hop %.3f", args.size, branch,
+                 branches[branch]["em_by_set"]["avg"], branches[branch]["em_multi_hop"])
+    write_json(A.warm_report_path(args.size), {"demonstrations": counts, "final_loss": history[-1]["loss"],
+                                                          "branches": branches})
+
+
+if __name__ == "__main__":
+    main()

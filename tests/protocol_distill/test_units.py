@@ -1,0 +1,240 @@
+"""Unit tests: world determinism, search tool, protocol schema, reward, KL term, GRPO pieces, params."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from paperworks.core.params import ParamsError, validate_section
+from paperworks.protocol_distill.episode import (
+    completion_from_text, exact_match, extract_answer,
+)
+from paperworks.protocol_distill.protocol import ProtocolError, parse_protocol, protocol_errors, protocol_to_context
+from paperworks.protocol_distill.search import SearchTool
+from paperworks.protocol_distill.teacher import TEACHERS, run_teacher
+from paperworks.protocol_distill.train import group_advantages, kl_to_privileged, kl_weight, policy_loss
+from paperworks.protocol_distill.world import MULTI_HOP_SETS, QUESTION_SETS, WorldConfig, build_world, make_questions
+
+SMALL = WorldConfig(n_persons=60, n_orgs=10, n_cities=6, n_collisions=6, questions_per_set={"warm": 6, "online": 6, "test": 4})
+
+GOOD = {"task_type": "multi_hop_bridge", "plan": ["search a b employer", "search c labs founder"],
+        "grounding_facts": ["a b employer c labs"], "partial_findings": [], "answer_verified": True}
+
+
+@pytest.fixture(scope="module")
+def world():
+    return build_world(SMALL, 7)
+
+
+# ---------------------------------------------------------------- world and data
+def test_world_and_questions_are_deterministic(world):
+    again = build_world(SMALL, 7)
+    assert world.docs == again.docs
+    q1 = [vars(q) for q in make_questions(world, SMALL, 7)]
+    q2 = [vars(q) for q in make_questions(again, SMALL, 7)]
+    assert json.dumps(q1, sort_keys=True) == json.dumps(q2, sort_keys=True)
+    assert build_world(SMALL, 8).docs != world.docs
+
+
+def test_seven_sets_with_disjoint_pools(world):
+    qs = make_questions(world, SMALL, 7)
+    assert {q.qset for q in qs} == set(QUESTION_SETS)
+    assert set(MULTI_HOP_SETS) < set(QUESTION_SETS)
+    texts = [q.text for q in qs]
+    assert len(texts) == len(set(texts))
+    # the first subject of a question belongs to exactly one pool
+    for q in qs:
+        if q.task_type != "comparison":
+            assert world.subject_pool[q.chain[0][0]] == q.pool
+
+
+def test_world_has_collisions_and_aliases(world):
+    persons = [e for e in world.entities.values() if e.etype == "person"]
+    assert sum(e.name != e.base_name for e in persons) >= 2 * 1
+    assert all(any(d.startswith(f"{e.alias} alias ") for d in world.docs) for e in persons)
+
+
+# ---------------------------------------------------------------- search tool
+def test_search_finds_the_fact_and_empty_query_returns_nothing(world):
+    tool = SearchTool(world.docs)
+    subject, rel = next(iter(sorted(world.facts)))
+    expected = world.fact_doc(subject, rel)
+    assert tool.search(f"{world.display(subject)} {rel}") == (expected,)
+    assert tool.search("") == ()
+    assert tool.search("   ") == ()
+    assert tool.search("zzzz-unknown-word") == ()
+
+
+def test_search_is_order_aware_for_person_relations(world):
+    tool = SearchTool(world.docs)
+    for p in [e for e in world.entities if e.startswith("p")][:20]:
+        assert tool.search(f"{world.display(p)} mentor") == (world.fact_doc(p, "mentor"),)
+
+
+def test_alias_query_returns_the_alias_document(world):
+    tool = SearchTool(world.docs)
+    ent = next(e for e in world.entities.values() if e.etype == "person")
+    assert tool.search(f"{ent.alias} employer") == (f"{ent.alias} alias {ent.name}",)
+
+
+# ---------------------------------------------------------------- protocol schema
+def test_good_protocol_passes():
+    assert protocol_errors(GOOD) == []
+    assert parse_protocol(json.dumps(GOOD)) == GOOD
+    ctx = protocol_to_context(GOOD)
+    assert ctx.startswith("[proto] type multi_hop_bridge plan") and ctx.endswith("verified yes [/proto]")
+
+
+@pytest.mark.parametrize("mutate, where", [
+    (lambda p: p.pop("answer_verified"), "answer_verified"),            # missing field
+    (lambda p: p.update(answer_verified="yes"), "answer_verified"),     # wrong type
+    (lambda p: p.update(plan="search a then b"), "plan"),               # plan not a list
+    (lambda p: p.update(task_type="multi-hop"), "task_type"),           # unknown task type
+    (lambda p: p.update(extra=1), "extra"),                             # a sixth field
+    (lambda p: p.update(grounding_facts=[1]), "grounding_facts/0"),
+])
+def test_malformed_protocols_are_rejected_with_reason(mutate, where):
+    bad = json.loads(json.dumps(GOOD))
+    mutate(bad)
+    errors = protocol_errors(bad)
+    assert errors and any(where in e for e in errors)
+    with pytest.raises(ProtocolError):
+        parse_protocol(json.dumps(bad))
+
+
+def test_not_json_is_rejected():
+    with pytest.raises(ProtocolError, match="not JSON"):
+        parse_protocol("{plan: [")
+
+
+def test_teachers_reject_and_count_their_own_malformed_protocols(world):
+    tool = SearchTool(world.docs)
+    qs = make_questions(world, SMALL, 7)
+    for name, style in TEACHERS.items():
+        rows = run_teacher(world, tool, qs, style, 0)
+        for r in rows:
+            assert r["valid"] == (protocol_errors(json.loads(r["protocol_json"])) == [])
+            assert r["valid"] or r["reject_reason"]
+        # the teacher is privileged: it almost always finds the answer
+        assert sum(r["teacher_correct"] for r in rows) / len(rows) > 0.9
+        tics = style.tic_words
+        assert all(any(w in tics for w in r["trace"].split()) for r in rows)
+
+
+def test_malformed_protocol_never_reaches_training():
+    from paperworks.protocol_distill.demos import valid_protocols
+
+    bad = dict(GOOD, task_type="multi-hop")
+    rows = [{"qid": "a", "teacher": "opus", "protocol_json": json.dumps(GOOD)},
+            {"qid": "b", "teacher": "opus", "protocol_json": json.dumps(bad)}]  # even if flagged otherwise
+    assert set(valid_protocols(rows)) == {("a", "opus")}
+
+
+# ---------------------------------------------------------------- episode format and reward
+def test_reward_and_answer_extraction():
+    words = "<s> a b </s> <d> a b employer x labs </d> <a> x labs </a>".split()
+    assert extract_answer(words) == "x labs"
+    assert exact_match(extract_answer(words), "x labs") == 1.0
+    assert exact_match(extract_answer(words), "y labs") == 0.0
+    never = "<s> a b </s> <d> none </d> <s> a".split()
+    assert extract_answer(never) is None and exact_match(None, "x") == 0.0
+    assert extract_answer("</a> x".split()) is None
+
+
+def test_tool_tokens_are_masked_in_completions():
+    c = completion_from_text("<s> q </s> <d> doc words </d> <a> x </a>")
+    masked = [w for w, m in zip(c.words, c.model_mask) if not m]
+    assert masked == ["<d>", "doc", "words", "</d>"]
+
+
+# ---------------------------------------------------------------- loss terms
+def test_kl_term_on_a_hand_made_example():
+    p = torch.tensor([0.5, 0.25, 0.25])
+    q = torch.tensor([0.25, 0.5, 0.25])
+    s_logits, p_logits = p.log()[None, None], q.log()[None, None]
+    mask = torch.ones(1, 1)
+    rev = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # KL(p || q)
+    fwd = 0.25 * math.log(0.5) + 0.5 * math.log(2)  # KL(q || p)
+    assert kl_to_privileged(s_logits, p_logits, mask, "reverse").item() == pytest.approx(rev, abs=1e-6)
+    assert kl_to_privileged(s_logits, p_logits, mask, "forward").item() == pytest.approx(fwd, abs=1e-6)
+    assert kl_to_privileged(s_logits, s_logits, mask).item() == pytest.approx(0.0, abs=1e-7)
+    # masked tokens (tool-inserted) do not count
+    two_s = torch.cat([s_logits, s_logits], 1)
+    two_p = torch.cat([p_logits, s_logits + 5.0], 1)
+    assert kl_to_privileged(two_s, two_p, torch.tensor([[1.0, 0.0]])).item() == pytest.approx(rev, abs=1e-6)
+
+
+def test_kl_gradient_flows_only_into_the_student_branch():
+    s = torch.randn(2, 3, 5, requires_grad=True)
+    p = torch.randn(2, 3, 5, requires_grad=True)
+    kl_to_privileged(s, p, torch.ones(2, 3)).backward()
+    assert s.grad is not None and s.grad.abs().sum() > 0
+    assert p.grad is None
+
+
+def test_kl_weight_warms_up():
+    assert kl_weight(0, 0.1, 10) == 0.0
+    assert kl_weight(5, 0.1, 10) == pytest.approx(0.05)
+    assert kl_weight(50, 0.1, 10) == pytest.approx(0.1)
+    assert kl_weight(0, 0.1, 0) == pytest.approx(0.1)
+
+
+def test_group_advantages():
+    r = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    a = group_advantages(r, normalise_std=True)
+    assert torch.allclose(a[0], torch.tensor([1.0, -1.0, -1.0, 1.0]), atol=1e-3)
+    assert torch.all(a[1] == 0)  # an all-zero group carries no signal
+    assert torch.allclose(group_advantages(r, normalise_std=False)[0], torch.tensor([0.5, -0.5, -0.5, 0.5]))
+
+
+def test_policy_loss_ignores_masked_tokens():
+    logp = torch.tensor([[-1.0, -2.0, -3.0]], requires_grad=True)
+    adv = torch.tensor([2.0])
+    loss = policy_loss(logp, logp.detach(), adv, torch.tensor([[1, 0, 1]]), 0.2)
+    loss.backward()
+    assert logp.grad[0, 1] == 0 and logp.grad[0, 0] < 0
+
+
+# ---------------------------------------------------------------- params
+def _section():
+    import yaml
+    from pathlib import Path
+
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "conf/default/protocol_distill.yaml").read_text())
+
+
+def test_default_params_validate():
+    from paperworks.protocol_distill.params import Params
+
+    validate_section("protocol_distill", Params, _section())
+
+
+@pytest.mark.parametrize("path, value, expect", [
+    (("online", "kl_direction"), "sideways", "protocol_distill.online.kl_direction"),
+    (("online", "group_size"), 1, "protocol_distill.online.group_size"),
+    (("teachers",), ["opus", "claude"], "protocol_distill.teachers.1"),
+    (("online", "methods"), ["grpo", "ppo"], "protocol_distill.online.methods.1"),
+    (("sizes",), ["huge"], "protocol_distill.sizes.0"),
+])
+def test_wrong_params_fail_with_key_path(path, value, expect):
+    from paperworks.protocol_distill.params import Params
+
+    sec = _section()
+    node = sec
+    for k in path[:-1]:
+        node = node[k]
+    node[path[-1]] = value
+    with pytest.raises(ParamsError) as err:
+        validate_section("protocol_distill", Params, sec)
+    assert expect in str(err.value)
+
+
+def test_unknown_key_is_an_error():
+    from paperworks.protocol_distill.params import Params
+
+    sec = _section()
+    sec["online"]["lamda"] = 0.1
+    with pytest.raises(ParamsError, match="protocol_distill.online.lamda"):
+        validate_section("protocol_distill", Params, sec)
