@@ -68,14 +68,17 @@ def dvc(repo: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedPr
 
 
 def pytest_collection_modifyitems(config, items) -> None:
-    """Unit tests first, then per-track integration tests, then the whole-DAG checks.
+    """Unit tests, then the Prefect run of the control smoke, then per-track integration
+    tests, then the whole-DAG checks.
 
     The whole-DAG tests reuse the `smoke_repo` that the track tests filled, so they
     only run what is left and then check that a second `dvc repro` is a no-op.
     """
     def rank(item) -> int:
         if item.get_closest_marker("whole_dag"):
-            return 2
-        return 1 if item.get_closest_marker("integration") else 0
+            return 3
+        if item.get_closest_marker("orchestration"):
+            return 1
+        return 2 if item.get_closest_marker("integration") else 0
 
     items.sort(key=rank)  # stable: file order kept inside each group

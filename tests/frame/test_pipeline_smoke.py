@@ -1,5 +1,7 @@
-"""The whole DAG on the smoke profile: reproducible, a second `dvc repro` is a no-op,
-and the Prefect flow runs the same stages through DVC."""
+"""The smoke profile through Prefect and DVC: the flow runs the control track end to end
+(each task is `dvc repro --single-item`), the whole DAG then reproduces, a second
+`dvc repro` is a no-op, a forced rerun gives byte-identical data, and a tampered output
+is detected and regenerated."""
 from __future__ import annotations
 
 import sys
@@ -8,17 +10,32 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import copy_repo, dvc, run
+from tests.conftest import dvc, run
 
 
-def _stage_hashes(repo: Path) -> dict[str, str]:
-    """md5 of every out recorded in dvc.lock, keyed by (stage, path)."""
-    lock = yaml.safe_load((repo / "dvc.lock").read_text())
-    return {
-        f"{stage}:{out['path']}": out["md5"]
-        for stage, body in lock["stages"].items()
-        for out in body.get("outs", [])
-    }
+def _lock(repo: Path) -> dict:
+    return yaml.safe_load((repo / "dvc.lock").read_text())["stages"]
+
+
+def _out_hashes(repo: Path, stage: str) -> dict[str, str]:
+    return {out["path"]: out["md5"] for out in _lock(repo)[stage].get("outs", [])}
+
+
+def _first_stage(repo: Path, prefix: str) -> str:
+    names = sorted(s for s in _lock(repo) if s.startswith(prefix))
+    assert names, f"no {prefix}* stage in dvc.lock"
+    return names[0]
+
+
+@pytest.mark.integration
+@pytest.mark.orchestration
+def test_prefect_flow_runs_control_smoke(smoke_repo: Path) -> None:
+    """Runs before every other integration test, so the control stages really execute here."""
+    run([sys.executable, "-m", "flows.pipeline", "--targets", "control_*"], cwd=smoke_repo, timeout=1800)
+    lock = _lock(smoke_repo)
+    assert any(s.startswith("control_evaluate") for s in lock)
+    again = dvc(smoke_repo, "repro", "--glob", "control_*")
+    assert "Data and pipelines are up to date" in again.stdout + again.stderr
 
 
 @pytest.mark.integration
@@ -28,23 +45,28 @@ def test_whole_smoke_dag_then_noop(smoke_repo: Path) -> None:
     second = dvc(smoke_repo, "repro")
     assert "Data and pipelines are up to date" in second.stdout + second.stderr
     assert "up to date" in dvc(smoke_repo, "status").stdout
-    shown = dvc(smoke_repo, "metrics", "show", "--json").stdout
-    assert shown.strip().startswith("{")
+    assert dvc(smoke_repo, "metrics", "show", "--json").stdout.strip().startswith("{")
 
 
 @pytest.mark.integration
 @pytest.mark.whole_dag
-def test_prefect_flow_reproduces_dvc_outputs(smoke_repo: Path, tmp_path_factory) -> None:
-    """A fresh copy run through the Prefect flow gives byte-identical outputs (same seed → same hashes)."""
-    lock = yaml.safe_load((smoke_repo / "dvc.lock").read_text()) if (smoke_repo / "dvc.lock").exists() else None
-    if not lock:
-        pytest.skip("no stages in dvc.yaml yet")
-    track = "control" if any(s.startswith("control_") for s in lock["stages"]) else sorted(lock["stages"])[0].split("_")[0]
-    fresh = copy_repo(tmp_path_factory.mktemp("flow_repo"))
-    run([sys.executable, "-m", "paperworks.core.profile", "smoke"], cwd=fresh)
-    run([sys.executable, "-m", "flows.pipeline", "--targets", f"{track}_*"], cwd=fresh, timeout=1800)
-    ours, theirs = _stage_hashes(fresh), _stage_hashes(smoke_repo)
-    data_outs = {k for k in ours if k.split(":", 1)[1].startswith("data/")}
-    assert data_outs, "the flow produced no data outputs"
-    for key in data_outs:
-        assert ours[key] == theirs[key], f"{key} differs between the DVC and the Prefect run"
+def test_forced_rerun_gives_identical_data(smoke_repo: Path) -> None:
+    stage = _first_stage(smoke_repo, "control_rollouts")
+    before = _out_hashes(smoke_repo, stage)
+    dvc(smoke_repo, "repro", "--force", "--single-item", stage)
+    assert _out_hashes(smoke_repo, stage) == before
+
+
+@pytest.mark.integration
+@pytest.mark.whole_dag
+def test_tampered_output_is_detected_and_regenerated(smoke_repo: Path) -> None:
+    stage = _first_stage(smoke_repo, "control_rollouts")
+    before = _out_hashes(smoke_repo, stage)
+    out = smoke_repo / sorted(before)[0]
+    victim = next(p for p in sorted(out.rglob("*")) if p.is_file()) if out.is_dir() else out
+    victim.write_bytes(victim.read_bytes()[:-7] + b"corrupt")
+    status = dvc(smoke_repo, "status", stage).stdout
+    assert "modified" in status, status
+    dvc(smoke_repo, "repro", stage)
+    assert _out_hashes(smoke_repo, stage) == before
+    assert "up to date" in dvc(smoke_repo, "status").stdout
