@@ -52,13 +52,15 @@ class PatchEncoder(nn.Module):
 
 
 class CrossReranker(nn.Module):
-    """Text view tokens attend over image patches (2 cross-attention blocks) → one match logit."""
+    """Text view tokens (plus a global image summary) attend over image patches (2 cross-attention blocks) → one match logit."""
 
     def __init__(self, width: int, height: int, img_width: int, heads: int = 4):
         super().__init__()
         self.patches = PatchEncoder(width, height, img_width)
         d = self.patches.dim
         self.text_in = nn.Linear(MINILM_DIM, d)
+        # a direct path from the whole patch grid (where each colour sits) into every text token
+        self.img_global = nn.Linear(self.patches.n_patches * d, d)
         self.view_type = nn.Parameter(torch.randn(len(VIEWS), d) * 0.02)
         self.blocks = nn.ModuleList([nn.MultiheadAttention(d, heads, batch_first=True) for _ in range(2)])
         self.norms = nn.ModuleList([nn.LayerNorm(d) for _ in range(4)])
@@ -67,7 +69,7 @@ class CrossReranker(nn.Module):
 
     def score(self, patches: torch.Tensor, text: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
         """patches [N, P, d], text [N, 6, 384], present [N, 6] → logits [N]."""
-        h = self.text_in(text) + self.view_type
+        h = self.text_in(text) + self.view_type + self.img_global(patches.flatten(1)).unsqueeze(1)
         for attn, n1, n2, ffn in zip(self.blocks, self.norms[::2], self.norms[1::2], self.ffn):
             h = h + attn(n1(h), patches, patches, need_weights=False)[0]
             h = h + ffn(n2(h))

@@ -75,23 +75,31 @@ class SmallResNet(nn.Module):
 
 
 class SmallViT(nn.Module):
-    """Patch-8 ViT: (H/8)·(W/8) tokens + CLS, a few pre-norm transformer layers."""
+    """Small ViT with a convolutional stem (Xiao et al. 2021, "Early convolutions help transformers
+    see better"): two stride-2 convs, then 2×2 patches → (H/8)·(W/8) tokens + CLS, pre-norm layers,
+    and every output token read out in place. A plain patch-8 embedding with a CLS readout did not
+    train on a few thousand sim images within the budget."""
 
-    def __init__(self, out_dim: int, height: int, width: int, dim: int = 96, depth: int = 3, heads: int = 4, patch: int = 8):
+    def __init__(self, out_dim: int, height: int, width: int, dim: int = 96, depth: int = 3, heads: int = 4):
         super().__init__()
-        self.patch = nn.Conv2d(3, dim, patch, stride=patch)
-        n = (height // patch) * (width // patch)
+        self.patch = nn.Sequential(
+            nn.Conv2d(3, 32, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(64, dim, 2, stride=2),
+        )
+        n = (height // 8) * (width // 8)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.randn(1, n + 1, dim) * 0.02)
         layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, batch_first=True, norm_first=True, activation="gelu")
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
-        self.out = nn.Linear(dim, out_dim)
+        self.out = nn.Linear(dim * (n + 1), out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = self.patch(x).flatten(2).transpose(1, 2)
         tokens = torch.cat([self.cls.expand(len(x), -1, -1), tokens], dim=1) + self.pos
-        return self.out(self.norm(self.encoder(tokens)[:, 0]))
+        # read out every token in place (not CLS / mean): keeps which patch holds which colour
+        return self.out(self.norm(self.encoder(tokens)).flatten(1))
 
 
 TOWERS = {"cnn": SmallCNN, "resnet": SmallResNet, "vit": SmallViT}

@@ -90,3 +90,24 @@ def test_ablations_differ_in_one_switch():
     assert ab["fusion_no_anchor"].use_anchor is False and ab["fusion_zscore"].normalisation == "zscore"
     assert ab["fusion_no_agreement"].agreement_weight == 0.0
     assert all(w == 0 for v, w in zip(VIEWS, ab["fusion_anchors_only"].view_weights) if v not in cfg.anchor_views)
+
+
+def test_query_without_parseable_facets_runs_on_its_anchor_views():
+    from paperworks.person_search.fusion import fuse_all
+    from paperworks.person_search.text import parse_query
+
+    rng = np.random.default_rng(0)
+    n_m, n_q, k, d = 2, 3, 5, 8
+    gallery = [rng.standard_normal((40, d)) for _ in range(n_m)]
+    qviews = [rng.standard_normal((n_q, len(VIEWS), d)) for _ in range(n_m)]
+    present = np.ones((n_q, len(VIEWS)), bool)
+    parsed = parse_query("hard to say who it was")
+    present[1] = [parsed.views[v] is not None for v in VIEWS]  # only full + structured
+    assert present[1].tolist() == [True, True, False, False, False, False]
+    ids = np.stack([np.stack([np.argsort(-(gallery[m] @ qviews[m][q].T), axis=0)[:k].T for q in range(n_q)], axis=1)
+                    for m in range(n_m)])  # [M, V, Q, K]
+    ids[:, ~present[1], 1] = -1
+    out_ids, out_scores = fuse_all(ids, gallery, qviews, present, FusionConfig(W), depth=5)
+    assert (out_ids[1] >= 0).all() and np.all(np.diff(out_scores[1]) <= 0)
+    # its candidates come only from the anchor lists
+    assert set(out_ids[1]) <= set(ids[:, :2, 1].ravel())
