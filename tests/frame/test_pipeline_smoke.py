@@ -69,4 +69,4 @@ def test_tampered_output_is_detected_and_regenerated(smoke_repo: Path) -> None:
     assert "modified" in status, status
     dvc(smoke_repo, "repro", stage)
     assert _out_hashes(smoke_repo, stage) == before
-    assert "up to date" in dvc(smoke_repo, "status").stdout
+    assert "up to date" in dvc(smoke_repo, "status", stage).stdout
