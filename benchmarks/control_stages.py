@@ -43,7 +43,8 @@ def run_child(cmd: str, cwd: Path, env: dict) -> tuple[float, float, int]:
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise SystemExit(f"{cmd} failed:\n{proc.stderr.read().decode()[-2000:]}")
-    return wall, usage.ru_maxrss / 1024, proc.returncode   # ru_maxrss is KiB on Linux
+    cpu = usage.ru_utime + usage.ru_stime   # what the stage costs on an idle core (the host may be shared)
+    return wall, usage.ru_maxrss / 1024, cpu   # ru_maxrss is KiB on Linux
 
 
 def main() -> None:
@@ -65,16 +66,17 @@ def main() -> None:
             if args.reuse_teachers and name.startswith("control_teacher@"):
                 t = name.split("@")[1]
                 train = json.loads((repo / f"models/control/teacher_{t}/train.json").read_text())
-                rows.append((name, train["wall_s"], float("nan"), "(recorded)"))
+                rows.append((name, train["wall_s"], float("nan"), float("nan"), "(recorded)"))
                 continue
-            wall, rss, _ = run_child(stage.cmd, repo, env)
-            rows.append((name, wall, rss, ""))
+            wall, rss, cpu = run_child(stage.cmd, repo, env)
+            rows.append((name, wall, rss, cpu, ""))
             print(f"  {name}: {wall:.1f} s", file=sys.stderr)
     print(f"\ncontrol stages, profile '{args.profile}', PAPERWORKS_THREADS={env['PAPERWORKS_THREADS']}")
-    print(f"{'stage':<28} {'wall s':>8} {'peak RSS MiB':>13}")
-    for name, wall, rss, note in rows:
-        print(f"{name:<28} {wall:>8.1f} {rss:>13.0f} {note}")
-    print(f"{'total':<28} {sum(r[1] for r in rows):>8.1f} {max((r[2] for r in rows if r[2] == r[2]), default=0):>13.0f}")
+    print(f"{'stage':<28} {'wall s':>8} {'CPU s':>8} {'peak RSS MiB':>13}")
+    for name, wall, rss, cpu, note in rows:
+        print(f"{name:<28} {wall:>8.1f} {cpu:>8.1f} {rss:>13.0f} {note}")
+    print(f"{'total':<28} {sum(r[1] for r in rows):>8.1f} {sum(r[3] for r in rows if r[3] == r[3]):>8.1f} "
+          f"{max((r[2] for r in rows if r[2] == r[2]), default=0):>13.0f}")
 
 
 if __name__ == "__main__":

@@ -44,7 +44,9 @@ def main() -> None:
             seed = derive_seed(0, "control", "bench_td3", s)
             seed_everything(seed)
             t0 = time.perf_counter()
-            res = train_td3(cfg, seed, eval_seeds, progress=False)
+            res = train_td3(cfg, seed, eval_seeds, progress=False, log=lambda pt, t0=t0: print(
+                f"    {key} seed {s}: step {pt['step']} eval {pt['eval_return']:.0f} ({time.perf_counter() - t0:.0f} s)",
+                file=sys.stderr, flush=True))
             rows.append((name, s, res.steps_to_solved, res.env_steps, time.perf_counter() - t0,
                          res.curve[-1]["eval_return"] if res.curve else float("nan")))
             print(f"  done: {name} seed {s}: solved at {res.steps_to_solved}", file=sys.stderr)

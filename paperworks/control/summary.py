@@ -38,7 +38,12 @@ def markdown(metrics: dict, recipes: pd.DataFrame, profile: str) -> str:
             f"| initial-state noise (reset_noise_scale) | {_f(rob['teacher_reset_noise_balanced_rate'])} | {_f(rob['headline_reset_noise_balanced_rate'])} |",
             f"| observation noise | {_f(rob['teacher_obs_noise_balanced_rate'])} | {_f(rob['headline_obs_noise_balanced_rate'])} |",
             "", f"TD3 env steps to the first deterministic evaluation of 1000, per teacher: {metrics['teacher_steps_to_1000']}",
-            f"Recipes reaching n/n on ≥ {metrics['target_pairs_perfect_rate']:.0%} of pairs: {metrics['recipes_reaching_target'] or 'none'}"]
+            f"Recipes reaching n/n on ≥ {metrics['target_pairs_perfect_rate']:.0%} of pairs (depth ≤ 7): {metrics['recipes_reaching_target'] or 'none'}"]
+    ex = metrics.get("expert_teacher_pairs")
+    if ex:
+        out += ["", f"On the {ex['pairs']} pair(s) whose teacher balanced every held-out episode: share of pairs at n/n "
+                f"{ {k: round(v, 3) for k, v in ex['pairs_perfect_rate'].items()} }; recipes reaching the target there: "
+                f"{ex['recipes_reaching_target'] or 'none'}"]
     return "\n".join(out)
 
 

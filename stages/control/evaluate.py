@@ -55,9 +55,22 @@ def main() -> None:
             "pairs_perfect_rate", "balanced_rate", "mean_return", "switches_per_s", "switches_per_s_deadband",
             "theta_amplitude_ss", "distinct_torques", "eq_mean_abs")}
 
+    # The paper's claim presumes an expert teacher: repeat the success count on the pairs whose
+    # teacher itself balanced every held-out episode (a failed TD3 seed drags every recipe down).
+    teach = table[table["recipe"] == "teacher"]
+    expert = {(r.teacher, r.draw) for r in teach.itertuples() if r.balanced == r.episodes}
+    ex_table = table[[(t, d) in expert for t, d in zip(table["teacher"], table["draw"])]]
+    ex_summary = success_summary(ex_table) if expert else summary.iloc[0:0]
+    ex = ex_summary.set_index("recipe")
+    ex_reaching = [r for r in ex_summary["recipe"] if r != "teacher" and ex.loc[r, "pairs_perfect_rate"] >= target
+                   and ex.loc[r, "max_tree_depth"] <= INTERPRETABLE_DEPTH]
+    all_claims = claims(table, p.rollouts.sigma, seed=g % 2**31)
+    if len(expert) >= 2:
+        for c in claims(ex_table, p.rollouts.sigma, seed=g % 2**31):
+            all_claims.append({**c, "statement": c["statement"] + " (pairs whose teacher balances n/n)"})
     steps = [te["steps_to_solved"] for te in teacher_evals.values()]
     metrics = {
-        "claims": claims(table, p.rollouts.sigma, seed=g % 2**31),
+        "claims": all_claims,
         "summary": {r: pick(r) for r in ["teacher", "headline", "viper", "dagger", f"sigma={0:g}", "kd=none"] if r in s.index},
         "robustness": {
             "teacher_reset_noise_balanced_rate": rate(teach_rob["reset_noise"]),
@@ -69,10 +82,16 @@ def main() -> None:
         "grid": {"teachers": len(p.grid.teachers), "draws": len(p.grid.draws), "heldout_episodes": p.eval.episodes},
         "recipes_reaching_target": reaching,   # depth <= 7 and n/n balanced on >= success_pairs of pairs
         "target_pairs_perfect_rate": target,
+        "expert_teacher_pairs": {
+            "pairs": len(expert),
+            "pairs_perfect_rate": {r: float(ex.loc[r, "pairs_perfect_rate"]) for r in ["headline", "viper", "dagger", "sigma=0", "kd=none"] if r in ex.index},
+            "recipes_reaching_target": ex_reaching,
+        },
     }
     write_json(METRICS, metrics)
     write_csv(PLOTS / "recipes.csv", summary)
     write_csv(PLOTS / "pairs.csv", table)
+    write_csv(PLOTS / "recipes_expert_teachers.csv", ex_summary)
     depth = summary[summary["recipe"].str.startswith("depth=")].copy()
     depth.insert(0, "depth", depth["recipe"].str.split("=").str[1].astype(int))
     write_csv(PLOTS / "depth_sweep.csv", depth[["depth", "balanced_rate", "pairs_perfect_rate", "mean_return"]].sort_values("depth"))
