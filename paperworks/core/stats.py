@@ -72,6 +72,39 @@ def bootstrap_diff_ci(
     return diff, float(lo), float(hi)
 
 
+def t_diff_ci(
+    method: Sequence[float], baseline: Sequence[float], paired: bool = True, confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Mean difference and its Student-t interval (paired) or Welch interval (unpaired).
+
+    For a handful of seeds the percentile bootstrap is far too narrow (with n = 3 it can
+    only return one of ten resample means); the t interval pays for the small n.
+    """
+    a = np.asarray(method, dtype=float)
+    b = np.asarray(baseline, dtype=float)
+    if paired:
+        if len(a) != len(b):
+            raise ValueError(f"paired samples differ in length ({len(a)} vs {len(b)})")
+        d = a - b
+        if len(d) < 2:
+            return float(d.mean()), float("-inf"), float("inf")
+        r = mean_ci(d, confidence)
+        return r["mean"], r["ci_low"], r["ci_high"]
+    if len(a) < 2 or len(b) < 2:
+        return float(a.mean() - b.mean()), float("-inf"), float("inf")
+    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    se = np.sqrt(va + vb)
+    diff = float(a.mean() - b.mean())
+    if se == 0:
+        return diff, diff, diff
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    half = float(sps.t.ppf(0.5 + confidence / 2, dof) * se)
+    return diff, diff - half, diff + half
+
+
+SMALL_SAMPLE = 30  # below this many units, intervals come from the t distribution, not the bootstrap
+
+
 def verdict(ci_low: float, ci_high: float, higher_is_better: bool = True) -> str:
     if ci_low > 0:
         return VERDICTS[0] if higher_is_better else VERDICTS[1]
@@ -95,9 +128,16 @@ def claim(
     """The standard record of a headline comparison, written into ``metrics/<track>.json``.
 
     ``unit`` says what one value is (a seed, a query, an episode) so the reader knows
-    what the interval is over.
+    what the interval is over. Fewer than ``SMALL_SAMPLE`` units: t interval; more:
+    percentile bootstrap (no normality assumption on per-query metrics).
     """
-    diff, lo, hi = bootstrap_diff_ci(method_values, baseline_values, paired=paired, seed=seed)
+    n = min(len(method_values), len(baseline_values))
+    if n < SMALL_SAMPLE:
+        diff, lo, hi = t_diff_ci(method_values, baseline_values, paired=paired)
+        ci_method = "paired t" if paired else "Welch t"
+    else:
+        diff, lo, hi = bootstrap_diff_ci(method_values, baseline_values, paired=paired, seed=seed)
+        ci_method = "paired bootstrap" if paired else "bootstrap"
     return {
         "statement": statement,
         "metric": metric,
@@ -109,5 +149,6 @@ def claim(
         "diff_ci95": [lo, hi],
         "n": int(len(method_values)),
         "unit": unit,
+        "ci_method": ci_method,
         "verdict": verdict(lo, hi, higher_is_better),
     }

@@ -246,3 +246,18 @@ def test_readme_results_table_is_current() -> None:
     proc = subprocess.run([sys.executable, "-m", "paperworks.core.report", "--readme", "README.md", "--check"],
                           capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_small_samples_get_t_intervals() -> None:
+    """Three seeds that all agree are not a precise effect: the interval must say so."""
+    c = stats.claim("x", "acc", "a", [0.31, 0.32, 0.312], "b", [0.30, 0.30, 0.31], unit="seeds")
+    assert c["ci_method"] == "paired t"
+    d = np.array([0.01, 0.02, 0.002])
+    half = 4.302652729911275 * d.std(ddof=1) / np.sqrt(3)
+    assert c["diff_ci95"] == pytest.approx([d.mean() - half, d.mean() + half])
+    assert c["verdict"] == "unresolved"
+    assert stats.bootstrap_diff_ci([0.31, 0.32, 0.312], [0.30, 0.30, 0.31])[1] > 0  # what the bootstrap would have claimed
+    welch = stats.claim("x", "acc", "a", [1.0, 2.0, 3.0], "b", [0.0, 0.5, 1.0, 1.5], paired=False)
+    assert welch["ci_method"] == "Welch t" and welch["diff_ci95"][0] < welch["diff"] < welch["diff_ci95"][1]
+    big = stats.claim("x", "acc", "a", np.linspace(0, 1, 40) + 0.5, "b", np.linspace(0, 1, 40))
+    assert big["ci_method"] == "paired bootstrap" and big["verdict"] == "method better"
