@@ -42,8 +42,13 @@ class WarmMix(StrictModel):
     answer: float = Field(ge=0, le=1)
 
 
+class StepsPerSize(StrictModel):
+    tiny: int = Field(ge=1)
+    small: int = Field(ge=1)
+
+
 class WarmStartParams(StrictModel):
-    steps: int = Field(ge=1)
+    steps: StepsPerSize
     batch_size: int = Field(ge=1)
     lr: float = Field(gt=0, le=0.1)
     warmup_steps: int = Field(ge=0)

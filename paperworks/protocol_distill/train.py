@@ -167,7 +167,7 @@ def train_online(model, codec: Codec, tool: SearchTool, items: list[OnlineItem],
                 kl = kl_to_privileged(logits[rows], p_logits, ro.loss_mask[rows], cfg.kl_direction)
                 lam = kl_weight(step, cfg.kl_coef, cfg.kl_warmup_steps)
                 loss = loss + lam * kl
-                kl_value = float(kl)
+                kl_value = kl.item()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

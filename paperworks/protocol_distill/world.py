@@ -111,10 +111,14 @@ def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll:
 def build_world(cfg: WorldConfig, seed: int) -> World:
     rng = np.random.default_rng(seed)
     taken: set[str] = set()
+    # every name is a combination of words from shared pools, so each word occurs in many names and
+    # the model gets to *write* it during training (a word that only ever appears in held-out names
+    # would have an untrained output embedding and could never be produced)
     firsts = _syllable_words(rng, 40, taken)
     lasts = _syllable_words(rng, 60, taken)
-    nicknames = _syllable_words(rng, cfg.n_persons, taken, 3, 3)
-    org_words = _syllable_words(rng, cfg.n_orgs, taken)
+    nick_heads = _syllable_words(rng, 24, taken, 2, 2)
+    nick_tails = _syllable_words(rng, max(30, cfg.n_persons // 20), taken, 2, 2)
+    org_words = _syllable_words(rng, max(8, cfg.n_orgs // 3), taken)
     city_words = _syllable_words(rng, cfg.n_cities, taken)
 
     entities: dict[str, Entity] = {}
@@ -122,8 +126,9 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
     for eid, w in zip(cities, city_words):
         entities[eid] = Entity(eid, "city", w, w)
     orgs = [f"o{i:03d}" for i in range(cfg.n_orgs)]
-    for i, eid in enumerate(orgs):
-        name = f"{org_words[i]} {ORG_SUFFIXES[i % len(ORG_SUFFIXES)]}"
+    org_combos = [(w, sfx) for w in org_words for sfx in ORG_SUFFIXES]
+    for eid, j in zip(orgs, rng.choice(len(org_combos), size=cfg.n_orgs, replace=False)):
+        name = f"{org_combos[j][0]} {org_combos[j][1]}"
         entities[eid] = Entity(eid, "org", name, name)
     persons = [f"p{i:03d}" for i in range(cfg.n_persons)]
     pairs = [(f, l) for f in firsts for l in lasts]
@@ -131,6 +136,8 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
     names = [f"{pairs[j][0]} {pairs[j][1]}" for j in chosen]
     # colliding names: the last n_collisions people reuse a name of an earlier person
     names += [names[int(j)] for j in rng.choice(len(names), size=cfg.n_collisions, replace=False)]
+    nick_pairs = [(a, b) for a in nick_heads for b in nick_tails]
+    nicknames = [f"{nick_pairs[j][0]} {nick_pairs[j][1]}" for j in rng.choice(len(nick_pairs), size=cfg.n_persons, replace=False)]
 
     facts: dict[tuple[str, str], str] = {}
     for eid, name, nick in zip(persons, names, nicknames):

@@ -53,7 +53,7 @@ def main() -> None:
         return {"probe_student_em": float(np.mean([x["em"] for x in s])), "probe_privileged_em": float(np.mean([x["em"] for x in v]))}
 
     w = p.warmstart
-    history = train_sft(model, data, TrainConfig(steps=w.steps, batch_size=w.batch_size, lr=w.lr, warmup_steps=w.warmup_steps,
+    history = train_sft(model, data, TrainConfig(steps=getattr(w.steps, args.size), batch_size=w.batch_size, lr=w.lr, warmup_steps=w.warmup_steps,
                                                  eval_every=w.eval_every, log_every=max(1, w.eval_every // 2)),
                         seed=seed, live_dir=A.PLOTS / f"live_warm_{args.size}", eval_fn=probe,
                         desc=f"warm {args.size}")

@@ -238,3 +238,14 @@ def test_unknown_key_is_an_error():
     sec["online"]["lamda"] = 0.1
     with pytest.raises(ParamsError, match="protocol_distill.online.lamda"):
         validate_section("protocol_distill", Params, sec)
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_every_profile_validates(profile, monkeypatch):
+    from pathlib import Path
+
+    from paperworks.core.profile import compose
+    from paperworks.protocol_distill.params import Params
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    validate_section("protocol_distill", Params, compose(profile)["protocol_distill"])
