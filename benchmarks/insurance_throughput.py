@@ -68,6 +68,7 @@ def bench_rerank(n_pairs: int, docs: list[str], queries: list[str]) -> None:
     trained = REPO / paths.BEST_MODEL
     path, what = (trained, "trained best_cross_encoder") if trained.is_dir() else (bb.minilm_path(), "MiniLM-L6 + fresh head")
     model = ce.load_cross_encoder(path, 48, seed=0)
+    what += f" ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params)"
     pairs = [(queries[i % len(queries)], docs[(7 * i) % len(docs)]) for i in range(n_pairs)]
     model.predict(pairs[:32], batch_size=32, show_progress_bar=False)  # warm-up
     rows = []
@@ -91,7 +92,7 @@ def bench_first_stage(docs: list[str], queries: list[str], source: str) -> None:
     t0 = time.perf_counter()
     bm = np.stack([bm25.get_scores(fs.tokenize(q)) for q in queries])
     t_bm25 = (time.perf_counter() - t0) / len(queries)
-    enc = SentenceTransformer(bb.minilm_path(), device="cpu")
+    enc = SentenceTransformer(str(bb.minilm_path()), device="cpu")
     t0 = time.perf_counter()
     doc_emb = enc.encode(docs, batch_size=64, normalize_embeddings=True)
     t_index = time.perf_counter() - t0
