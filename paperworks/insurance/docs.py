@@ -87,6 +87,14 @@ def render(metrics: dict, plots: Path) -> str:
                f"{card['relevance_histogram']}; test lists per intent {card['lists_per_intent_test']}.\n\n"
                f"Label audit: the independent rule set agrees with the labelled top-1 on {audit['agree']} of {audit['n']} "
                f"sampled lists ({f(audit['agreement'])}, Wilson 95 % CI [{f(audit['ci95'][0])}, {f(audit['ci95'][1])}]).\n")
+    bench = plots / "benchmark.txt"
+    if bench.exists():
+        out.append("\n### Benchmarks (`benchmarks/insurance_throughput.py`, output saved in `plots/insurance/benchmark.txt`)\n\n```\n"
+                   + bench.read_text().strip() + "\n```\n")
+    rss = plots / "peak_rss_default_run.csv"
+    if rss.exists():
+        out.append("\nPeak resident memory sampled every 2 s from the stage processes of the recorded run "
+                   "(`plots/insurance/peak_rss_default_run.csv`):\n\n" + md_table(pd.read_csv(rss)))
     return "".join(out)
 
 
