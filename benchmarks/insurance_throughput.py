@@ -68,6 +68,7 @@ def bench_rerank(n_pairs: int, docs: list[str], queries: list[str]) -> None:
     trained = REPO / paths.BEST_MODEL
     path, what = (trained, "trained best_cross_encoder") if trained.is_dir() else (bb.minilm_path(), "MiniLM-L6 + fresh head")
     model = ce.load_cross_encoder(path, 48, seed=0)
+    what += f" ({sum(p.numel() for p in model.parameters()) / 1e6:.1f}M params)"
     pairs = [(queries[i % len(queries)], docs[(7 * i) % len(docs)]) for i in range(n_pairs)]
     model.predict(pairs[:32], batch_size=32, show_progress_bar=False)  # warm-up
     rows = []
@@ -91,7 +92,7 @@ def bench_first_stage(docs: list[str], queries: list[str], source: str) -> None:
     t0 = time.perf_counter()
     bm = np.stack([bm25.get_scores(fs.tokenize(q)) for q in queries])
     t_bm25 = (time.perf_counter() - t0) / len(queries)
-    enc = SentenceTransformer(bb.minilm_path(), device="cpu")
+    enc = SentenceTransformer(str(bb.minilm_path()), device="cpu")
     t0 = time.perf_counter()
     doc_emb = enc.encode(docs, batch_size=64, normalize_embeddings=True)
     t_index = time.perf_counter() - t0
@@ -132,13 +133,16 @@ def bench_memory(threads: int, which: str) -> None:
         env = dict(os.environ, PAPERWORKS_THREADS=str(threads), PYTHONPATH=str(work))
         for stage in STAGES[which]:
             t0 = time.perf_counter()
-            proc = subprocess.Popen([sys.executable, "-m", f"stages.insurance.{stage.split()[0]}", *stage.split()[1:]],
-                                    cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            _, status, usage = os.wait4(proc.pid, 0)
-            err = proc.stderr.read().decode()[-300:] if proc.stderr else ""
-            ok = os.waitstatus_to_exitcode(status) == 0
+            # GNU time measures the exec'd stage alone (wait4 on a fork would also count the parent's pages)
+            rss_file = Path(tmp) / "rss.txt"
+            cmd = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file),
+                   sys.executable, "-m", f"stages.insurance.{stage.split()[0]}", *stage.split()[1:]]
+            proc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            ok = proc.returncode == 0
+            err = proc.stderr.decode()[-300:]
+            peak_kib = int(rss_file.read_text().split()[-1])
             rows.append([stage.split(" --")[0] if "train" not in stage else "train (1 config)",
-                         f"{usage.ru_maxrss / 1024:.0f}", f"{time.perf_counter() - t0:.0f}", "ok" if ok else f"failed: {err}"])
+                         f"{peak_kib / 1024:.0f}", f"{time.perf_counter() - t0:.0f}", "ok" if ok else f"failed: {err}"])
             if not ok:
                 break
     table("Peak memory per insurance stage (params.yaml profile)", ["stage", "peak RSS MiB", "seconds", "status"], rows)
@@ -155,11 +159,11 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     print(f"insurance benchmarks: torch threads {args.threads}, {os.cpu_count()} CPUs")
+    if args.memory != "none":
+        bench_memory(args.threads, args.memory)
     docs, queries, source = catalogue(args.queries)
     bench_rerank(args.pairs, docs, queries)
     bench_first_stage(docs, queries, source)
-    if args.memory != "none":
-        bench_memory(args.threads, args.memory)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import optuna
 
-from paperworks.core.io import ArtifactError, read_json, write_json
+from paperworks.core.io import ArtifactError, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
@@ -36,8 +36,7 @@ def main() -> None:
     top = records[: t.top_k]
     if t.storage.startswith("sqlite:///"):
         Path(t.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    paths.OPTUNA_DIR.mkdir(parents=True, exist_ok=True)
-    (paths.OPTUNA_DIR / "STORAGE.txt").write_text(f"studies live in {t.storage.split('@')[-1]}\n")
+    write_text(paths.OPTUNA_DIR / "STORAGE.txt", f"studies live in {t.storage.split('@')[-1]}\n")  # never the password
     space = {"lr": t.lr_range, "epochs": t.epochs_range, "warmup": t.warmup_range, "list_size": t.list_size_range,
              "train_lists": len(train), "val_lists": len(val), "base": p.train.model_dump()}
     results = []
