@@ -81,6 +81,27 @@ def select_stages(dag: dict[str, list[str]], targets: list[str] | None) -> list[
     return order
 
 
+def stale_stages(repo_root: Path) -> set[str]:
+    """Stages that `dvc status` reports as changed (deps, params, outs, or never run)."""
+    proc = subprocess.run([dvc_executable(), "status", "--json"], cwd=repo_root, env=_tool_env(),
+                          capture_output=True, text=True, check=True)
+    return set(json.loads(proc.stdout or "{}"))
+
+
+def stages_to_run(order: list[str], dag: dict[str, list[str]], stale: set[str]) -> list[str]:
+    """Stale stages plus everything downstream of one: those DVC must look at again.
+
+    A stage that is clean now but sits below a stale one may change once its upstream
+    reruns, so it is handed to DVC too; the rest is provably up to date and is skipped
+    without spawning a `dvc repro` per stage.
+    """
+    must: set[str] = set()
+    for stage in order:  # topological: upstream decided first
+        if stage in stale or any(u in must for u in dag[stage]):
+            must.add(stage)
+    return [s for s in order if s in must]
+
+
 # --------------------------------------------------------------------------- params
 
 def set_param(params: dict[str, Any], assignment: str) -> None:
@@ -213,11 +234,16 @@ def build_flow(
         dag = read_dag(root)
         order = select_stages(dag, targets)
         logger.info("%d stages: %s", len(order), ", ".join(order))
+        to_run = stages_to_run(order, dag, stale_stages(root))
+        logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
         futures: dict[str, Any] = {}
-        for stage in order:
+        for stage in to_run:
             upstream = [futures[u] for u in dag[stage] if u in futures]
             futures[stage] = stage_task.submit(stage, str(root), wait_for=upstream)
-        results = [futures[s].result() for s in order]  # raises if any stage failed
+        results = [
+            futures[s].result() if s in futures else {"stage": s, "status": "up to date"}  # raises if a stage failed
+            for s in order
+        ]
         for r in results:
             logger.info("%-40s %s", r["stage"], r["status"])
         publish_metrics(root)

@@ -70,6 +70,16 @@ def test_project_dag_matches_dvc_yaml() -> None:
     assert {name.split("@")[0] for name in dag} == set(declared)
 
 
+def test_only_stale_stages_and_their_downstream_go_to_dvc() -> None:
+    from flows.pipeline import stages_to_run
+
+    dag = {"a": [], "b1": ["a"], "b2": ["a"], "c": ["b1", "b2"], "d": []}
+    order = ["a", "b1", "b2", "c", "d"]
+    assert stages_to_run(order, dag, set()) == []
+    assert stages_to_run(order, dag, {"b1"}) == ["b1", "c"]
+    assert stages_to_run(order, dag, {"a", "d"}) == order
+
+
 def test_set_param_names_unknown_keys() -> None:
     params = {"control": {"tree": {"max_depth": 7}}}
     set_param(params, "control.tree.max_depth=5")
@@ -92,6 +102,10 @@ def test_flow_runs_stages_through_dvc_then_skips(toy_repo: Path, monkeypatch) ->
         assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3  # "3" + "33"
         second = flow(repo_root=str(toy_repo))
         assert all(r["status"] == "up to date" for r in second)
+        (toy_repo / "params.yaml").write_text("toy:\n  n: 4\n")  # a param change reruns the chain
+        third = flow(repo_root=str(toy_repo))
+        assert [r["status"] for r in third] == ["ran"] * 4
+        assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3
     lock = yaml.safe_load((toy_repo / "dvc.lock").read_text())
     assert set(lock["stages"]) == {"a_gen", "b_use@1", "b_use@2", "c_join"}
     # DVC itself agrees nothing is left to do
