@@ -37,7 +37,7 @@ def main() -> None:
     conf = yaml.safe_load((Path(__file__).resolve().parents[1] / "conf/default/protocol_distill.yaml").read_text())
     torch.set_num_threads(int(__import__("os").environ.get("PAPERWORKS_THREADS", "2")))
     w = conf["world"]
-    cfg = WorldConfig(w["n_persons"], w["n_orgs"], w["n_cities"], w["n_collisions"], w["questions"])
+    cfg = WorldConfig(w["n_persons"], w["n_orgs"], w["n_cities"], w["n_collisions"], w.get("doc_forms", 1), w["questions"])
     rows = []
     t = time.perf_counter()
     world = build_world(cfg, 0)

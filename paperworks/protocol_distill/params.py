@@ -24,6 +24,8 @@ class WorldParams(StrictModel):
     n_orgs: int = Field(ge=4)
     n_cities: int = Field(ge=3)
     n_collisions: int = Field(ge=0)
+    doc_forms: int = Field(1, ge=1, le=3, description="relation words a fact's document may use, drawn per fact "
+                                                      "(1: always the canonical word)")
     questions: PoolSizes
 
 

@@ -2,11 +2,13 @@
 
 No proprietary model is reachable here, so the "teacher" is a rule-based multi-agent system with
 privileged access to the world's structure (it knows each question's relation chain and the
-canonical relation words, but must still find entities, aliases and facts through the search tool):
+relation words documents may use, but must still find entities, aliases, facts and which word each
+fact's document uses through the search tool):
 
 - Decomposer: turns each hop of the question into a sub-query and searches;
-- Repair: when a search returns the wrong document, diagnoses why (alias document, paraphrased
-  relation word, namesake) and reformulates, up to the variant's repair budget;
+- Repair: when a search returns the wrong document, diagnoses why (alias document, namesake, a
+  relation word this fact's document does not use) and reformulates, up to the variant's repair
+  budget;
 - Protocol Synthesizer: turns the exploration trace into the five-field JSON protocol.
 
 Three variants differ in strategy (first-query wording, repair budget, extra context, plan order)
@@ -23,13 +25,13 @@ import numpy as np
 
 from paperworks.protocol_distill.protocol import protocol_errors
 from paperworks.protocol_distill.search import SearchTool
-from paperworks.protocol_distill.world import Question, World
+from paperworks.protocol_distill.world import DOC_FORMS, Question, World
 
 
 @dataclass(frozen=True)
 class TeacherStyle:
     name: str
-    first_wording: str          # "canonical": the relation word documents use; "surface": the question's wording
+    first_wording: str          # "canonical": the relation's first document word; "surface": the question's wording
     max_repairs: int            # reformulations allowed per hop
     extra_context: bool         # also looks up the first subject's birthplace (breadth-first habit)
     reverse_comparison: bool    # searches the second entity of a comparison first
@@ -109,16 +111,18 @@ def _decompose(world: World, q: Question, style: TeacherStyle) -> list[tuple[int
     return out
 
 
-def _repair(world: World, mention: str, wording: str, subject: str, rel: str, result: str) -> tuple[str, str, str]:
-    """Diagnose a failed search and reformulate: alias → real name, paraphrase → canonical, namesake → qualifier."""
+def _repair(world: World, mention: str, wording: str, subject: str, rel: str, result: str,
+            tried: set[str]) -> tuple[str, str, str]:
+    """Diagnose a failed search and reformulate: alias → real name, namesake → qualifier, a relation
+    word the document does not use → the next word documents use for that relation."""
     ent = world.entities[subject]
-    words = result.split()
-    if len(words) >= 3 and words[1] == "alias" and mention == words[0]:
+    if result.startswith(f"{mention} alias "):
         return ent.name, wording, f"{mention} is an alias of {ent.name}"
-    if wording != rel:
-        return mention, rel, f"the documents call {wording} {rel}"
-    if mention != ent.name:
+    if mention != ent.name and not result.startswith(f"{ent.name} "):
         return ent.name, wording, f"{mention} has a namesake , use {ent.name}"
+    untried = [w for w in DOC_FORMS[rel] if w not in tried]
+    if untried:
+        return mention, untried[0], f"the document is not called {wording} , try {untried[0]}"
     return mention, wording, "no diagnosis"
 
 
@@ -144,7 +148,9 @@ def explore(world: World, tool: SearchTool, q: Question, style: TeacherStyle) ->
                 break  # the chain broke earlier: nothing to search from
             mention = world.display(found[hop - 1])
         expected = world.fact_doc(subject, rel)
+        tried: set[str] = set()
         for attempt in range(style.max_repairs + 1):
+            tried.add(wording)
             query = f"{mention} {wording}"
             res = tool.search(query)
             doc = res[0] if res else ""
@@ -157,7 +163,7 @@ def explore(world: World, tool: SearchTool, q: Question, style: TeacherStyle) ->
             if attempt == style.max_repairs:
                 ex.steps.append(Step(query, doc, False, "repair budget spent"))
                 break
-            new_mention, new_wording, note = _repair(world, mention, wording, subject, rel, doc)
+            new_mention, new_wording, note = _repair(world, mention, wording, subject, rel, doc, tried)
             ex.steps.append(Step(query, doc, False, note))
             if note.endswith(f"alias of {world.entities[subject].name}"):
                 # the alias document itself is evidence: keep the resolving lookup in the plan

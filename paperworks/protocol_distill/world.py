@@ -7,7 +7,12 @@ Designed so that a search *protocol* is genuinely useful (the calibration notes 
 - some people share a name (colliding names); their documents carry a qualifier ("senior"/"junior")
   that the query must repeat, otherwise the namesake's document may come back;
 - people have nicknames (aliases) that only an alias document resolves: searching the nickname
-  with a relation returns the alias document, and the search has to be repaired with the real name.
+  with a relation returns the alias document, and the search has to be repaired with the real name;
+- with ``doc_forms`` > 1 each fact's document writes its relation with one of several words, drawn
+  per fact: which word a document uses is not in the question and not predictable from any rule,
+  only a search (and a repair when the first word misses) reveals it. This is the information a
+  teacher's exploration finds and its protocol carries; a student reading only the question has to
+  guess or repair.
 
 Everything is a pure function of the seed; texts are lower-case words separated by single spaces.
 """
@@ -39,6 +44,18 @@ SURFACES: dict[str, list[str]] = {
     "ceo": ["ceo", "head", "leader"],
     "mayor": ["mayor", "head", "leader"],
 }
+# the words documents may write a relation with (single words, disjoint across relations and from
+# name words); with doc_forms = k, each fact's document uses one of the first k, drawn per fact
+DOC_FORMS: dict[str, tuple[str, ...]] = {
+    "employer": ("employer", "workplace", "job"),
+    "birthplace": ("birthplace", "hometown", "origin"),
+    "born": ("born", "birthyear", "yob"),
+    "mentor": ("mentor", "advisor", "tutor"),
+    "founder": ("founder", "creator", "originator"),
+    "headquarters": ("headquarters", "base", "seat"),
+    "ceo": ("ceo", "chief", "boss"),
+    "mayor": ("mayor", "governor", "alderman"),
+}
 ORG_SUFFIXES = ("labs", "guild", "works", "company")
 YEARS = tuple(range(1850, 1950))
 
@@ -62,6 +79,7 @@ class WorldConfig:
     n_orgs: int = 30
     n_cities: int = 20
     n_collisions: int = 12          # people who share their name with another person
+    doc_forms: int = 1              # relation words a fact's document may use (1 = always the canonical one)
     questions_per_set: dict[str, int] = field(default_factory=lambda: {"warm": 160, "online": 160, "test": 60})
 
 
@@ -81,6 +99,10 @@ class World:
     docs: list[str]
     alias_of: dict[str, str]               # alias -> eid
     subject_pool: dict[str, str]           # eid -> pool of questions asked about it
+    doc_word: dict[tuple[str, str], str] = field(default_factory=dict)  # (subject, relation) -> word its document uses
+
+    def relation_word(self, subject: str, relation: str) -> str:
+        return self.doc_word.get((subject, relation), relation)
 
     def display(self, value: str) -> str:
         return self.entities[value].name if value in self.entities else value
@@ -89,7 +111,8 @@ class World:
         return self.entities[value].etype if value in self.entities else "year"
 
     def fact_doc(self, subject: str, relation: str) -> str:
-        return f"{self.display(subject)} {relation} {self.display(self.facts[(subject, relation)])}"
+        word = self.relation_word(subject, relation)
+        return f"{self.display(subject)} {word} {self.display(self.facts[(subject, relation)])}"
 
 
 def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll: int = 2, max_syll: int = 3) -> list[str]:
@@ -165,12 +188,19 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
             for eid, qual in zip(group, ("senior", "junior")):
                 entities[eid].name = f"{entities[eid].base_name} {qual}"
 
-    world = World(entities, facts, [], {}, {})
+    # the relation word of each fact's document, from its own stream so that the entities and facts
+    # above are the same for every doc_forms
+    word_rng = np.random.default_rng([seed, 2])
+    doc_word = {key: DOC_FORMS[key[1]][int(word_rng.integers(cfg.doc_forms))] for key in sorted(facts)}
+    world = World(entities, facts, [], {}, {}, doc_word)
     docs = [world.fact_doc(s, r) for (s, r) in sorted(facts)]
     for eid in persons:
         world.alias_of[entities[eid].alias] = eid
         docs.append(f"{entities[eid].alias} alias {entities[eid].name}")
-    world.docs = docs
+    # shuffled, so that BM25 ties (a query whose relation word no document of the subject uses, a name
+    # without its qualifier) return an arbitrary document of the subject, not one its relation's
+    # alphabetical rank predicts
+    world.docs = [docs[i] for i in np.random.default_rng([seed, 3]).permutation(len(docs))]
     # disjoint subjects per pool: test questions never start from an entity seen in training questions
     for group in (persons, orgs, cities):
         order = [group[i] for i in rng.permutation(len(group))]
@@ -290,7 +320,7 @@ def make_questions(world: World, cfg: WorldConfig, seed: int) -> list[Question]:
 def world_to_dict(world: World) -> dict:
     return {
         "entities": [vars(e) for e in world.entities.values()],
-        "facts": [[s, r, o] for (s, r), o in sorted(world.facts.items())],
+        "facts": [[s, r, o, world.relation_word(s, r)] for (s, r), o in sorted(world.facts.items())],
         "docs": world.docs,
         "alias_of": world.alias_of,
         "subject_pool": world.subject_pool,
@@ -299,8 +329,9 @@ def world_to_dict(world: World) -> dict:
 
 def world_from_dict(data: dict) -> World:
     entities = {e["eid"]: Entity(**e) for e in data["entities"]}
-    facts = {(s, r): o for s, r, o in data["facts"]}
-    return World(entities, facts, list(data["docs"]), dict(data["alias_of"]), dict(data["subject_pool"]))
+    facts = {(s, r): o for s, r, o, _ in data["facts"]}
+    doc_word = {(s, r): word for s, r, _, word in data["facts"]}
+    return World(entities, facts, list(data["docs"]), dict(data["alias_of"]), dict(data["subject_pool"]), doc_word)
 
 
 def question_to_row(q: Question) -> dict:

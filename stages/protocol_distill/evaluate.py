@@ -14,7 +14,9 @@ from paperworks.core.params import load_section  # noqa: E402
 from paperworks.core.stage import stage_main  # noqa: E402
 from paperworks.protocol_distill import artifacts as A  # noqa: E402
 from paperworks.protocol_distill.params import Params  # noqa: E402
-from paperworks.protocol_distill.report import headline_claims, privileged_gap_claims, summary_table  # noqa: E402
+from paperworks.protocol_distill.report import (  # noqa: E402
+    headline_claims, online_vs_warm_claims, privileged_gap_claims, summary_table,
+)
 
 log = logging.getLogger("paperworks.protocol_distill")
 
@@ -50,7 +52,7 @@ def main() -> None:
     warm = {s: read_json(A.warm_report_path(s)) for s in p.sizes}
     synthesis = read_json(A.SYNTHESIS_REPORT)
     summary = summary_table(df)
-    claims = headline_claims(df, p.teachers, p.sizes)
+    claims = headline_claims(df, p.teachers, p.sizes) + online_vs_warm_claims(df, warm, p.teachers)
     gap_claims, gap_table = privileged_gap_claims(warm, p.teachers)
     with atomic_path(A.PLOTS / "results.csv") as tmp:
         summary.to_csv(tmp, index=False, float_format="%.4f")
