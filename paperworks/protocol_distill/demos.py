@@ -2,8 +2,6 @@
 examples and the online items with their privileged contexts. Pure functions of their inputs."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 from paperworks.protocol_distill.episode import (

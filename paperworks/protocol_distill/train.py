@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from paperworks.core.lm.sampling import completion_logits
 from paperworks.core.lm.train import IGNORE, TrainConfig, make_optimizer
