@@ -123,8 +123,22 @@ STAGES = {
 }
 
 
+PEAK_RSS_WRAPPER = """
+import atexit, re, runpy, sys
+out, module = sys.argv[1], sys.argv[2]
+
+def report():
+    hwm = re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)
+    open(out, "w").write(hwm)
+
+atexit.register(report)
+sys.argv = [module, *sys.argv[3:]]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
+"""
+
+
 def bench_memory(threads: int, which: str) -> None:
-    """Run each stage's command in a temporary copy of the repo (outputs there only); peak RSS via wait4."""
+    """Run each stage's command in a temporary copy of the repo (outputs there only); peak RSS is each stage's own VmHWM."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp) / "repo"
@@ -133,14 +147,15 @@ def bench_memory(threads: int, which: str) -> None:
         env = dict(os.environ, PAPERWORKS_THREADS=str(threads), PYTHONPATH=str(work))
         for stage in STAGES[which]:
             t0 = time.perf_counter()
-            # GNU time measures the exec'd stage alone (wait4 on a fork would also count the parent's pages)
+            # the stage reports its own VmHWM at exit: the peak of its own address space, which a
+            # parent's wait4 cannot give (Linux folds the pre-exec pages of a forked parent into it)
             rss_file = Path(tmp) / "rss.txt"
-            cmd = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file),
-                   sys.executable, "-m", f"stages.insurance.{stage.split()[0]}", *stage.split()[1:]]
+            rss_file.unlink(missing_ok=True)
+            cmd = [sys.executable, "-c", PEAK_RSS_WRAPPER, str(rss_file), f"stages.insurance.{stage.split()[0]}", *stage.split()[1:]]
             proc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             ok = proc.returncode == 0
             err = proc.stderr.decode()[-300:]
-            peak_kib = int(rss_file.read_text().split()[-1])
+            peak_kib = int(rss_file.read_text()) if rss_file.exists() else 0
             rows.append([stage.split(" --")[0] if "train" not in stage else "train (1 config)",
                          f"{peak_kib / 1024:.0f}", f"{time.perf_counter() - t0:.0f}", "ok" if ok else f"failed: {err}"])
             if not ok:
