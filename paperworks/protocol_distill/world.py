@@ -44,8 +44,9 @@ SURFACES: dict[str, list[str]] = {
     "ceo": ["ceo", "head", "leader"],
     "mayor": ["mayor", "head", "leader"],
 }
-# the words documents may write a relation with (single words, disjoint across relations and from
-# name words); with doc_forms = k, each fact's document uses one of the first k, drawn per fact
+# the words documents may write a relation with (single words, disjoint across relations; name words
+# never take them, see build_world); with doc_forms = k, each fact's document uses one of the first k,
+# drawn per fact
 DOC_FORMS: dict[str, tuple[str, ...]] = {
     "employer": ("employer", "workplace", "job"),
     "birthplace": ("birthplace", "hometown", "origin"),
@@ -133,7 +134,7 @@ def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll:
 
 def build_world(cfg: WorldConfig, seed: int) -> World:
     rng = np.random.default_rng(seed)
-    taken: set[str] = set()
+    taken: set[str] = {w for forms in DOC_FORMS.values() for w in forms}  # a name word is never a relation word
     # every name is a combination of words from shared pools, so each word occurs in many names and
     # the model gets to *write* it during training (a word that only ever appears in held-out names
     # would have an untrained output embedding and could never be produced)

@@ -71,6 +71,12 @@ def test_doc_forms_vary_the_relation_word_per_fact_and_nothing_else(world):
     assert world_from_dict(json.loads(json.dumps(world_to_dict(varied)))).doc_word == varied.doc_word
 
 
+def test_no_name_word_is_a_relation_word(world):
+    forms = {w for words in DOC_FORMS.values() for w in words}
+    names = {w for e in world.entities.values() for w in e.name.split() + (e.alias or "").split()}
+    assert names and not names & forms
+
+
 def test_repair_finds_the_word_a_document_uses():
     varied = build_world(WorldConfig(**{**vars(SMALL), "doc_forms": 2}), 7)
     tool = SearchTool(varied.docs)
