@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from paperworks.core.lm.sampling import completion_logits
-from paperworks.core.lm.train import IGNORE, TrainConfig, make_optimizer
+from paperworks.core.lm.train import IGNORE, TrainConfig, log_row, make_optimizer
 from paperworks.protocol_distill.episode import Codec, Completion, exact_match
 from paperworks.protocol_distill.rollout import left_pad, rollout
 from paperworks.protocol_distill.search import SearchTool
@@ -180,10 +180,7 @@ def train_online(model, codec: Codec, tool: SearchTool, items: list[OnlineItem],
             row.update(probe())
         history.append(row)
         if live is not None:
-            live.step = step + 1
-            for k, v in row.items():
-                if k != "step":
-                    live.log_metric(k, v)
+            log_row(live, row)
     if live is not None:
         live.end()
     model.eval()

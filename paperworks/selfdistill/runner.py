@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from paperworks.core.lm import log_row
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.selfdistill.evaluation import final_eval
 from paperworks.selfdistill.grpo import train_grpo
@@ -26,12 +27,8 @@ def run_seeds(p: Params, base, tok, tasks, method: str, spec: MethodSpec | None,
         tag = f"s{s}/"
 
         def log(row, tag=tag):
-            if live is None:
-                return
-            live.step = int(row["step"])
-            for k, v in row.items():
-                if k != "step":
-                    live.log_metric(tag + k, float(v))
+            if live is not None:
+                log_row(live, row, prefix=tag)
 
         t0 = time.perf_counter()
         if method == "grpo":

@@ -122,3 +122,19 @@ def test_prompt_longer_than_context_fails(tok):
     model = build_model(CFG, len(tok), seed=0)
     with pytest.raises(ValueError):
         sample(model, tok, ["1" * 20], 8)
+
+
+def test_log_row_writes_every_metric_but_step_at_the_rows_step(tmp_path):
+    from dvclive import Live
+
+    from paperworks.core.lm import log_row
+
+    live = Live(str(tmp_path / "live"), dvcyaml=False, save_dvc_exp=False, report=None)
+    log_row(live, {"step": 3, "loss": 0.5, "kl": 2}, prefix="s0/")
+    log_row(live, {"step": 7, "loss": 0.25, "kl": 1})
+    live.end()
+    metrics = tmp_path / "live/plots/metrics"
+    assert (metrics / "s0/loss.tsv").read_text().splitlines() == ["step\tloss", "3\t0.5"]
+    assert (metrics / "s0/kl.tsv").read_text().splitlines() == ["step\tkl", "3\t2.0"]
+    assert (metrics / "loss.tsv").read_text().splitlines() == ["step\tloss", "7\t0.25"]
+    assert not (metrics / "step.tsv").exists() and not (metrics / "s0/step.tsv").exists()

@@ -27,6 +27,7 @@ from paperworks.core.lm.tokenizer import (
 from paperworks.core.lm.train import (
     TrainConfig,
     encode_sft,
+    log_row,
     make_optimizer,
     sft_loss,
     train_sft,
@@ -37,5 +38,5 @@ __all__ = [
     "LMConfig", "build_model", "expected_shapes", "load_checkpoint", "save_checkpoint",
     "Samples", "check_prompt_fits", "completion_logits", "encode_prompts", "position_ids_from_mask", "sample",
     "SPECIAL_TOKENS", "load_tokenizer", "save_tokenizer", "train_tokenizer",
-    "TrainConfig", "encode_sft", "make_optimizer", "sft_loss", "train_sft", "warmup_cosine",
+    "TrainConfig", "encode_sft", "log_row", "make_optimizer", "sft_loss", "train_sft", "warmup_cosine",
 ]

@@ -87,6 +87,14 @@ def _trim(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v[:, :width] for k, v in batch.items()}
 
 
+def log_row(live, row: dict, prefix: str = "") -> None:
+    """One training-log row to dvclive at the row's ``step``; every other key becomes a metric."""
+    live.step = int(row["step"])
+    for k, v in row.items():
+        if k != "step":
+            live.log_metric(prefix + k, float(v))
+
+
 def train_sft(
     model,
     data: dict[str, torch.Tensor],
@@ -139,10 +147,7 @@ def train_sft(
                 model.train()
             history.append(row)
             if live is not None:
-                live.step = step + 1
-                for k, v in row.items():
-                    if k != "step":
-                        live.log_metric(k, v)
+                log_row(live, row)
     if live is not None:
         live.end()
     model.eval()
