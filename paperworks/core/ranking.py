@@ -41,8 +41,9 @@ def recall_at_k(ranked_rels: Sequence[float], k: int, n_relevant: int | None = N
 
 def average_precision_at_k(ranked_rels: Sequence[float], k: int, n_relevant: int | None = None, threshold: float = 1.0) -> float:
     """AP@k: mean of precision@i over the relevant hits in the top k, divided by min(k, #relevant)."""
-    rels = np.asarray(ranked_rels, dtype=float)[:k] >= threshold
-    total = n_relevant if n_relevant is not None else int(rels.sum())
+    all_hits = np.asarray(ranked_rels, dtype=float) >= threshold
+    total = n_relevant if n_relevant is not None else int(all_hits.sum())  # relevant items past k count too
+    rels = all_hits[:k]
     if total == 0:
         return 0.0
     hits = np.cumsum(rels)
