@@ -27,10 +27,9 @@ def tok():
 
 @pytest.fixture(scope="module")
 def model(tok):
-    torch.manual_seed(0)
     m = build_model(CFG, len(tok), seed=0)
     with torch.no_grad():  # larger weights than the 0.02 init, so neighbouring positions' logits differ clearly
-        for name, p in m.named_parameters():
+        for p in m.parameters():
             if p.ndim >= 2:
                 p.normal_(0.0, 0.3)
     return m.eval()
