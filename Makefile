@@ -35,7 +35,7 @@ run: setup
 	@if [ -n "$(P)" ]; then $(PY) -m paperworks.core.profile $(P); fi
 	$(PY) -m paperworks.core.params
 	$(DVC) repro
-	$(PY) -m paperworks.core.report --readme README.md
+	$(PY) -m paperworks.core.report --recompute --readme README.md
 
 test: setup
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
@@ -48,7 +48,7 @@ check: setup
 	$(PY) -m paperworks.core.params
 
 report: setup
-	$(PY) -m paperworks.core.report --readme README.md
+	$(PY) -m paperworks.core.report --recompute --readme README.md
 
 # Run the DAG through Prefect (local ephemeral API, no server needed).
 flow: setup

@@ -82,3 +82,27 @@ def pytest_collection_modifyitems(config, items) -> None:
         return 2 if item.get_closest_marker("integration") else 0
 
     items.sort(key=rank)  # stable: file order kept inside each group
+
+
+VERDICT_PREFIXES = ("method better", "baseline better", "unresolved", "non-inferior", "inferior beyond", "equivalent",
+                    "not equivalent", "not tested: ")
+
+
+def assert_claims_meet_standard(metrics: dict, track: str, root: Path | None = None) -> list[dict]:
+    """Every claim record of a track's metrics file is complete under the evidence standard, and
+    recomputing it from its committed per-unit table gives the same interval and verdict."""
+    from paperworks.core.claims import recompute, record_problems
+
+    claims = metrics["claims"]
+    assert claims, f"{track}: no claims"
+    for c in claims:
+        assert record_problems(c) == [], (c["id"], record_problems(c))
+        assert c["verdict"].startswith(VERDICT_PREFIXES), c["verdict"]
+        if c["diff"] is not None:
+            assert c["ci_low"] <= c["diff"] <= c["ci_high"], c
+            assert c["table"] == f"metrics/units/{track}/{Path(c['table']).name}"
+    assert sorted(c["id"] for c in claims) == sorted(metrics["claim_summary"])
+    assert sum(c["role"] == "headline" for c in claims) <= 3
+    if root is not None:
+        assert recompute(metrics, root) == claims
+    return claims

@@ -107,6 +107,12 @@ class EvalParams(StrictModel):
     success_pairs: float = Field(0.9, gt=0, le=1, description="target share of pairs at n/n balanced")
 
 
+class ClaimParams(StrictModel):
+    """What the claims test (read by control_evaluate only)."""
+
+    tree_vs_teacher_margin: float = Field(0.1, gt=0, le=0.5, description="non-inferiority margin in share of episodes balanced")
+
+
 class Params(StrictModel):
     env: EnvParams
     grid: GridParams
@@ -116,3 +122,4 @@ class Params(StrictModel):
     viper: ViperParams
     dagger: DaggerParams
     eval: EvalParams
+    claims: ClaimParams = ClaimParams()

@@ -7,7 +7,9 @@ import numpy as np
 import pandas as pd
 
 from paperworks.control.tree import TreePolicy, feature_names
-from paperworks.core.stats import claim, wilson_interval
+from paperworks.control.params import Params
+from paperworks.core.claims import ClaimSpec, precondition, unit_table
+from paperworks.core.stats import wilson_interval
 
 INTERPRETABLE_DEPTH = 7   # the issue's target: a tree of depth <= 7 that balances n/n on >= 90 % of pairs
 
@@ -61,28 +63,49 @@ def success_summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def frac(table: pd.DataFrame, recipe: str) -> np.ndarray:
-    g = table[table["recipe"] == recipe].sort_values(["teacher", "draw"])
-    return (g["balanced"] / g["episodes"]).to_numpy()
+def balanced_units(table: pd.DataFrame) -> pd.DataFrame:
+    """The per-unit table of every claim: one row per (recipe, teacher, draw), value = share balanced.
+
+    Draws sit inside the teacher they were rolled out from: the teacher is what was trained
+    independently, so it is the cluster and intervals are taken over teachers.
+    """
+    return unit_table({"arm": table["recipe"], "cluster": table["teacher"].astype(int), "unit": table["draw"].astype(int),
+                       "value": table["balanced"] / table["episodes"]})
 
 
-def claims(table: pd.DataFrame, head_sigma: float, seed: int) -> list[dict]:
-    unit = "(teacher seed, data draw) pair; value = share of held-out episodes balanced for 1000 steps"
-    recipes = set(table["recipe"])
-    head = frac(table, "headline")
-    out = [claim("Depth-7 tree (noisy rollouts + Pole Urgency) balances as well as the TD3 teacher",
-                 "balanced_fraction", "tree_headline", head, "teacher", frac(table, "teacher"), unit=unit, seed=seed)]
-    if "sigma=0" in recipes and head_sigma != 0:
-        out.append(claim("Noisy oracle rollouts beat clean rollouts (same tree, same data size)", "balanced_fraction",
-                         "tree_headline", head, "tree_clean_rollouts", frac(table, "sigma=0"), unit=unit, seed=seed))
-    if "kd=none" in recipes:
-        out.append(claim("Pole Urgency feature beats the raw state alone", "balanced_fraction",
-                         "tree_headline", head, "tree_no_urgency", frac(table, "kd=none"), unit=unit, seed=seed))
-    out.append(claim("VIPER (Q-gap resampling, iterated) beats the headline behaviour-cloned tree", "balanced_fraction",
-                     "tree_viper", frac(table, "viper"), "tree_headline", head, unit=unit, seed=seed))
-    out.append(claim("DAgger with β-mixing beats the headline behaviour-cloned tree", "balanced_fraction",
-                     "tree_dagger", frac(table, "dagger"), "tree_headline", head, unit=unit, seed=seed))
-    return out
+def teacher_preconditions(table: pd.DataFrame) -> list[dict]:
+    """Every pair's teacher must balance n/n on its held-out episodes: a tree distilled from a
+    teacher that cannot balance says nothing about distillation."""
+    teach = table[table["recipe"] == "teacher"].drop_duplicates("teacher").sort_values("teacher")
+    failed = [f"teacher {int(r.teacher)} balanced {int(r.balanced)}/{int(r.episodes)}" for r in teach.itertuples()
+              if r.balanced != r.episodes]
+    solved = len(teach) - len(failed)
+    detail = f"{solved}/{len(teach)} teachers balance every held-out episode" + (f" ({'; '.join(failed)})" if failed else "")
+    return [precondition("every teacher solves its task", not failed, value=solved, threshold=len(teach), detail=detail)]
+
+
+def claim_specs(p: Params, recipes: set[str]) -> list[ClaimSpec]:
+    """The control claims, stated from the params they test (headline first)."""
+    rests_on = ("every teacher solves its task",)
+    common = dict(table="balanced", metric="share of held-out episodes balanced", unit="draw", cluster="teacher",
+                  preconditions=rests_on)
+    depth, m = p.tree.max_depth, p.claims.tree_vs_teacher_margin
+    specs = [ClaimSpec(id="tree_vs_teacher", role="headline", kind="non_inferiority", margin=m,
+                       statement=f"Depth-{depth} tree balances as well as the TD3 teacher (non-inferior by {m:g})",
+                       method="headline", baseline="teacher", **common)]
+    if "sigma=0" in recipes and p.rollouts.sigma != 0:
+        specs.append(ClaimSpec(id="noisy_vs_clean_rollouts", role="headline",
+                               statement=f"Noisy oracle rollouts (σ={p.rollouts.sigma:g}) beat clean rollouts",
+                               method="headline", baseline="sigma=0", **common))
+    if "kd=none" in recipes and p.tree.pole_urgency:
+        specs.append(ClaimSpec(id="urgency_vs_raw_state", role="headline",
+                               statement=f"Pole Urgency (kd={p.tree.kd:g}) beats the raw state alone",
+                               method="headline", baseline="kd=none", **common))
+    specs += [ClaimSpec(id="viper_vs_tree", statement="VIPER (Q-gap resampling, iterated) beats the behaviour-cloned tree",
+                        method="viper", baseline="headline", **common),
+              ClaimSpec(id="dagger_vs_tree", statement="DAgger with β-mixing beats the behaviour-cloned tree",
+                        method="dagger", baseline="headline", **common)]
+    return specs
 
 
 # ---------------------------------------------------------------- pictures

@@ -10,6 +10,7 @@ import json
 import pandas as pd
 
 from paperworks.control.layout import METRICS, PLOTS
+from paperworks.core.report import claims_markdown, precondition_lines
 
 
 def _f(v, digits=2):
@@ -28,11 +29,7 @@ def markdown(metrics: dict, recipes: pd.DataFrame, profile: str) -> str:
             f"{r.episodes_balanced}/{r.episodes} | [{_f(r.balanced_ci_low)}, {_f(r.balanced_ci_high)}] | "
             f"{_f(r.mean_return, 1)} | {_f(r.switches_per_s)} | {_f(r.switches_per_s_deadband)} | "
             f"{_f(r.theta_amplitude_ss, 4)} | {_f(r.distinct_torques, 1)} | {_f(r.eq_mean_abs, 3)} |")
-    out += ["", "| claim | method mean | baseline mean | diff [95 % CI] | n | verdict |", "| --- | --- | --- | --- | --- | --- |"]
-    for c in metrics["claims"]:
-        lo, hi = c["diff_ci95"]
-        out.append(f"| {c['statement']} | {_f(c['method_mean'], 3)} | {_f(c['baseline_mean'], 3)} | "
-                   f"{_f(c['diff'], 3)} [{_f(lo, 3)}, {_f(hi, 3)}] | {c['n']} | {c['verdict']} |")
+    out += ["", claims_markdown(metrics["claims"]), "Preconditions:", *precondition_lines(metrics)]
     rob = metrics["robustness"]
     out += ["", "| robustness (share of episodes balanced) | teacher | headline tree |", "| --- | --- | --- |",
             f"| initial-state noise (reset_noise_scale) | {_f(rob['teacher_reset_noise_balanced_rate'])} | {_f(rob['headline_reset_noise_balanced_rate'])} |",

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 PARAMS_FILE = Path("params.yaml")
 GLOBAL_KEYS = ("profile", "seed")
+# Frame-wide sections, validated like a track's: name → "module:Model" (imported lazily).
+CORE_SECTIONS = {"evidence": "paperworks.core.claims:EvidenceParams"}
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -71,6 +73,16 @@ def load_section(track: str, model: type[M], path: Path | str = PARAMS_FILE) -> 
     return validate_section(track, model, data.get(track))
 
 
+def core_models() -> dict[str, type[BaseModel]]:
+    import importlib
+
+    out = {}
+    for name, ref in CORE_SECTIONS.items():
+        module, model = ref.split(":")
+        out[name] = getattr(importlib.import_module(module), model)
+    return out
+
+
 def track_models() -> dict[str, type[BaseModel]]:
     """Every track's params model, found by convention: ``paperworks.<track>.params.Params``."""
     import importlib
@@ -100,9 +112,15 @@ def validate_all(path: Path | str = PARAMS_FILE) -> list[str]:
     except ParamsError as e:
         errors.append(str(e))
     models = track_models()
+    core = core_models()
     for key in data:
-        if key not in GLOBAL_KEYS and key not in models:
-            errors.append(f"  {key}: unknown section (tracks: {', '.join(sorted(models))})")
+        if key not in GLOBAL_KEYS and key not in models and key not in core:
+            errors.append(f"  {key}: unknown section (tracks: {', '.join(sorted(models))}; frame: {', '.join(sorted(core))})")
+    for name, model in core.items():
+        try:
+            validate_section(name, model, data.get(name))
+        except ParamsError as e:
+            errors.append(str(e))
     for track, model in models.items():
         if track not in data:
             continue

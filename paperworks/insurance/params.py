@@ -105,6 +105,13 @@ class EvalParams(StrictModel):
     random_shuffles: int = Field(ge=1, le=1000)
 
 
+class ClaimParams(StrictModel):
+    """What the claims rest on (read by insurance_evaluate only)."""
+
+    min_loss_improvement: float = Field(0.05, gt=0, lt=1, description="a cross-encoder's loss must fall at least this much (relative) over training")
+    min_tune_trials: int = Field(10, ge=1, description="Optuna trials per tuned configuration for the tuned model to meet the baseline's standard")
+
+
 class Params(StrictModel):
     data: DataParams
     backbone: BackboneParams
@@ -115,3 +122,4 @@ class Params(StrictModel):
     seeds: SeedsParams
     zeroshot: ZeroShotParams
     eval: EvalParams
+    claims: ClaimParams = ClaimParams()

@@ -6,7 +6,9 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from paperworks.core.stats import claim, mean_ci
+from paperworks.core.claims import ClaimSpec, EvidenceParams, combine, convergence, learned, precondition, unit_table
+from paperworks.core.stats import mean_ci
+from paperworks.insurance.params import Params
 
 METRIC_COLS = ("ndcg@1", "ndcg@3", "ndcg@5", "ndcg@10", "mrr", "spearman")
 
@@ -44,39 +46,54 @@ def by_intent(methods: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def headline_claims(best_name: str, best: pd.DataFrame, zs_name: str, zeroshot: pd.DataFrame, seed: int) -> list[dict]:
-    out = []
-    for metric in ("ndcg@3", "spearman"):
-        m, b = aligned(best, zeroshot, metric)
-        out.append(claim(f"best fine-tuned cross-encoder beats the optimised instructed zero-shot reranker on {metric}",
-                         metric, best_name, m, zs_name, b, paired=True, unit="test query (seed-mean)", seed=seed))
-    return out
+def query_units(best_name: str, best_seeds: list[pd.DataFrame], zs_name: str, zeroshot: pd.DataFrame,
+                metric: str) -> pd.DataFrame:
+    """Per-unit table of a headline claim: one row per (arm, seed, test query).
+
+    The cross-encoder was trained once per seed (the cluster); queries sit inside each seed.
+    The zero-shot reranker has no training seed: its per-query scores stand beside each seed's,
+    so the comparison is paired by seed and query.
+    """
+    rows = []
+    for seed, frame in enumerate(best_seeds):
+        aligned(frame, zeroshot, metric)  # same test queries, or a clear error
+        m = frame[["query_id", metric]].merge(zeroshot[["query_id", metric]], on="query_id", suffixes=("_m", "_z"))
+        for q, mv, zv in zip(m["query_id"], m[f"{metric}_m"], m[f"{metric}_z"]):
+            rows += [{"arm": best_name, "cluster": seed, "unit": q, "value": mv},
+                     {"arm": zs_name, "cluster": seed, "unit": q, "value": zv}]
+    return unit_table(rows)
 
 
-def config_vs_base(grid: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]], seed: int) -> tuple[dict, list[dict], pd.DataFrame]:
-    """Every configuration against its own untrained base: pooled claim, per-config claims, table."""
-    per_config, rows = [], []
-    ft_means, base_means = [], []
+def training_preconditions(curves: Mapping[str, list[float]], p: Params, ev: EvidenceParams) -> list[dict]:
+    """Every trained cross-encoder must have learned (its loss left the starting value) and
+    plateaued; the tuned configurations must have had the tuning budget the zero-shot had."""
+    plateau = [convergence(name, c, ev) for name, c in sorted(curves.items())]
+    moved = [learned(name, c, p.claims.min_loss_improvement, ev) for name, c in sorted(curves.items())]
+    return [combine("every cross-encoder's loss plateaued", plateau, "training curves"),
+            combine(f"every cross-encoder's loss fell ≥ {p.claims.min_loss_improvement:.0%}", moved, "training curves"),
+            precondition("tuning budget", p.tune.n_trials >= p.claims.min_tune_trials, value=p.tune.n_trials,
+                         threshold=p.claims.min_tune_trials,
+                         detail=f"{p.tune.n_trials} Optuna trials per tuned configuration (need ≥ {p.claims.min_tune_trials})")]
+
+
+def claim_specs(p: Params) -> list[ClaimSpec]:
+    rests_on = ("every cross-encoder's loss plateaued", f"every cross-encoder's loss fell ≥ {p.claims.min_loss_improvement:.0%}",
+                "tuning budget")
+    return [ClaimSpec(id=f"tuned_ce_vs_zeroshot_{metric.replace('@', '')}", role="headline", table=f"queries_{metric.replace('@', '')}",
+                      metric=metric, method="tuned cross-encoder", baseline="zero-shot (optimised instruction)",
+                      unit="query", cluster="seed", preconditions=rests_on,
+                      statement=f"The best tuned cross-encoder beats the optimised zero-shot reranker on {metric}")
+            for metric in ("ndcg@3", "spearman")]
+
+
+def grid_table(grid: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]]) -> pd.DataFrame:
+    """Every configuration's test means beside its untrained base (a floor for scale, not a claim:
+    the base's head is random)."""
+    rows = []
     for name, (base, ft) in sorted(grid.items()):
-        m, b = aligned(ft, base, "ndcg@3")
-        c = claim(f"{name} improves on its base checkpoint", "ndcg@3", f"{name} fine-tuned", m, f"{name} base", b,
-                  unit="test query", seed=seed)
-        per_config.append(c)
-        improved_all = all(ft[k].mean() > base[k].mean() for k in metric_cols(ft))
-        rows.append({"config": name, "base_ndcg@3": float(b.mean()), "ft_ndcg@3": float(m.mean()),
-                     "base_spearman": float(base["spearman"].mean()), "ft_spearman": float(ft["spearman"].mean()),
-                     "diff_ndcg@3": c["diff"], "ci_low": c["diff_ci95"][0], "ci_high": c["diff_ci95"][1],
-                     "verdict": c["verdict"], "improved_every_metric": improved_all})
-        ft_means.append(float(m.mean()))
-        base_means.append(float(b.mean()))
-    pooled = claim("every grid configuration improves on its base checkpoint (paired over configurations)", "ndcg@3",
-                   "fine-tuned", ft_means, "base", base_means, unit="grid configuration", seed=seed)
-    table = pd.DataFrame(rows)
-    pooled["improved_count"] = int((table["diff_ndcg@3"] > 0).sum())
-    pooled["significant_count"] = int((table["verdict"] == "method better").sum())
-    pooled["improved_every_metric_count"] = int(table["improved_every_metric"].sum())
-    pooled["configs"] = len(table)
-    return pooled, per_config, table
+        rows.append({"config": name, "base_ndcg@3": float(base["ndcg@3"].mean()), "ft_ndcg@3": float(ft["ndcg@3"].mean()),
+                     "base_spearman": float(base["spearman"].mean()), "ft_spearman": float(ft["spearman"].mean())})
+    return pd.DataFrame(rows)
 
 
 def seeds_table(seed_summary: dict) -> pd.DataFrame:

@@ -90,6 +90,12 @@ class ModelSizes(StrictModel):
     small: LMConfig
 
 
+class ClaimParams(StrictModel):
+    """What the claims rest on (read by protocol_distill_evaluate only)."""
+
+    min_privileged_gap_points: float = Field(20.0, gt=0, le=100, description="EM points the privileged branch must beat the student by on multi-hop before online training")
+
+
 class Params(StrictModel):
     world: WorldParams
     search: SearchParams
@@ -101,6 +107,7 @@ class Params(StrictModel):
     warmstart: WarmStartParams
     online: OnlineParams
     eval_batch_size: int = Field(ge=1)
+    claims: ClaimParams = ClaimParams()
 
     @field_validator("teachers")
     @classmethod

@@ -85,6 +85,13 @@ class EvalParams(StrictModel):
     temperature: float = Field(0.8, gt=0)
 
 
+class ClaimParams(StrictModel):
+    """What the claims test (read by selfdistill_evaluate only)."""
+
+    min_long_steps: int = Field(600, ge=1, description="update steps where reverse-KL collapse was seen: the long budget must reach it")
+    accuracy_margin: float = Field(0.05, gt=0, le=0.5, description="non-inferiority margin for 'matches or beats' on final accuracy")
+
+
 class Params(StrictModel):
     data: DataParams = DataParams()
     model: LMConfig = LMConfig(hidden_size=96, num_layers=3, num_heads=4, intermediate_size=256, max_positions=128)
@@ -94,3 +101,4 @@ class Params(StrictModel):
     grpo: GRPOParams = GRPOParams()
     sweep: SweepParams = SweepParams()
     eval: EvalParams = EvalParams()
+    claims: ClaimParams = ClaimParams()

@@ -5,7 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from paperworks.core.stats import claim, mean_ci
+from paperworks.core.claims import ClaimSpec, EvidenceParams, convergence, precondition, unit_table
+from paperworks.core.report import claims_markdown, precondition_lines
+from paperworks.core.stats import mean_ci
+from paperworks.selfdistill.params import Params
 
 CURVE_KEYS = ("acc", "entropy", "teacher_acc", "acc_add", "acc_sum", "acc_prog",
               "entropy_add", "entropy_sum", "entropy_prog", "teacher_acc_sum")
@@ -55,27 +58,76 @@ def summary(runs: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def claims(runs: dict[str, dict], method: str = "sr_opsd", baseline: str = "reverse_kl") -> list[dict]:
-    m, b = runs[method], runs[baseline]
-    unit = "seed (paired: same base, same prompt order)"
-    out = [
-        claim(f"{method} (α<1) matches or beats reverse-KL OPSD on final held-out greedy accuracy", "pass1",
-              method, per_seed(m, lambda r: r["final"]["pass1"]), baseline, per_seed(b, lambda r: r["final"]["pass1"]), unit=unit),
-        claim(f"{method} loses less token entropy than reverse-KL OPSD over training (held-out samples)", "entropy_drop",
-              method, per_seed(m, entropy_drop), baseline, per_seed(b, entropy_drop), higher_is_better=False, unit=unit),
-        claim(f"{method} loses less entropy on the multi-solution family (sum)", "entropy_drop_sum",
-              method, per_seed(m, lambda r: entropy_drop(r, "entropy_sum")), baseline,
-              per_seed(b, lambda r: entropy_drop(r, "entropy_sum")), higher_is_better=False, unit=unit),
-        claim(f"{method} degrades less from its peak held-out accuracy at the long budget", "peak_to_final_acc_drop",
-              method, per_seed(m, peak_to_final_drop), baseline, per_seed(b, peak_to_final_drop), higher_is_better=False, unit=unit),
-    ]
-    if "grpo" in runs:
-        g = runs["grpo"]
-        step = min(g["runs"][0]["history"][-1]["step"], m["runs"][0]["history"][-1]["step"])  # equal budget
-        out.append(claim(f"{method} vs the GRPO (RLVR) baseline on held-out greedy accuracy at step {step} (equal budget)",
-                         f"acc@{step}", method, per_seed(m, lambda r: acc_at(r, step)), "grpo",
-                         per_seed(g, lambda r: acc_at(r, step)), unit=unit))
+def seed_units(curves: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per-seed values of every claim, read from the curves table (held-out eval subset).
+
+    Seeds are paired across methods (same base, same prompt order) and each seed is one
+    independent training run, so the seed is both the unit and the cluster. "Common step" is
+    the last step every method logged: accuracies compared there are read at identical steps
+    (none when the methods share no logged step after 0).
+    """
+    shared = set.intersection(*(set(g) for _, g in curves.groupby("method")["step"]))
+    common = max(shared) if shared else 0   # step 0 is the shared base: nothing to compare there
+    rows: dict[str, list[dict]] = {k: [] for k in ("final_accuracy", "entropy_drop", "entropy_drop_sum",
+                                                   "peak_to_final_drop", "accuracy_at_common_step")}
+    for (method, seed), g in curves.groupby(["method", "seed"], sort=True):
+        g = g.sort_values("step")
+        first, last = g.iloc[0], g.iloc[-1]
+        at = g[g["step"] == common]
+        values = {"final_accuracy": last["acc"], "entropy_drop": first["entropy"] - last["entropy"],
+                  "entropy_drop_sum": first["entropy_sum"] - last["entropy_sum"],
+                  "peak_to_final_drop": g["acc"].max() - last["acc"],
+                  "accuracy_at_common_step": at["acc"].iloc[0] if len(at) and common > 0 else np.nan}
+        for table, v in values.items():
+            if np.isfinite(v):
+                rows[table].append({"arm": method, "cluster": int(seed), "unit": int(seed), "value": float(v)})
+    return {k: unit_table(v) for k, v in rows.items() if v}
+
+
+def preconditions(p: Params, curves: pd.DataFrame, base_loss: list[float], ev: EvidenceParams) -> list[dict]:
+    """What the claims rest on: a budget long enough to see collapse, a base that converged,
+    and a GRPO baseline that learns and ran the same budget."""
+    steps = curves.groupby("method")["step"].max()
+    start = curves[curves["step"] == 0].groupby("method")["acc"].mean()
+    end = curves.loc[curves.groupby(["method", "seed"])["step"].idxmax()].groupby("method")["acc"].mean()
+    out = [precondition("long budget reaches the collapse regime", p.opsd.steps >= p.claims.min_long_steps,
+                        value=p.opsd.steps, threshold=p.claims.min_long_steps,
+                        detail=f"{p.opsd.steps} update steps; reverse-KL collapse was seen within {p.claims.min_long_steps}"),
+           convergence("base model's SFT loss converged", base_loss, ev)]
+    if "grpo" in steps.index and "sr_opsd" in steps.index:
+        out.append(precondition("GRPO ran the same budget", steps["grpo"] == steps["sr_opsd"], value=int(steps["grpo"]),
+                                threshold=int(steps["sr_opsd"]),
+                                detail=f"GRPO {int(steps['grpo'])} steps vs SR-OPSD {int(steps['sr_opsd'])}"))
+        out.append(precondition("GRPO does not end below its starting accuracy", end["grpo"] >= start["grpo"],
+                                value=round(float(end["grpo"]), 4), threshold=round(float(start["grpo"]), 4),
+                                detail=f"held-out accuracy {start['grpo']:.3f} at step 0 → {end['grpo']:.3f} at the end (mean over seeds)"))
     return out
+
+
+def claim_specs(p: Params, method: str = "sr_opsd", baseline: str = "reverse_kl") -> list[ClaimSpec]:
+    """The self-distillation claims, stated from the params they test (headline first)."""
+    alpha = p.methods[method].alpha if method in p.methods else float("nan")
+    base = ("long budget reaches the collapse regime", "base model's SFT loss converged")
+    common = dict(method=method, baseline=baseline, unit="seed", cluster="seed", preconditions=base)
+    specs = [
+        ClaimSpec(id="sr_opsd_keeps_entropy", role="headline", table="entropy_drop", metric="entropy drop (nats)",
+                  higher_is_better=False, statement=f"SR-OPSD (α={alpha:g}) loses less entropy than reverse-KL OPSD over {p.opsd.steps} steps",
+                  **common),
+        ClaimSpec(id="sr_opsd_matches_accuracy", role="headline", table="final_accuracy", metric="held-out accuracy",
+                  kind="non_inferiority", margin=p.claims.accuracy_margin,
+                  statement=f"SR-OPSD matches or beats reverse-KL OPSD on final accuracy (non-inferior by {p.claims.accuracy_margin:g})",
+                  **common),
+        ClaimSpec(id="sr_opsd_degrades_less", role="headline", table="peak_to_final_drop", metric="peak-to-final accuracy drop",
+                  higher_is_better=False, statement="SR-OPSD degrades less from its peak accuracy than reverse-KL OPSD", **common),
+        ClaimSpec(id="sr_opsd_keeps_entropy_sum", table="entropy_drop_sum", metric="entropy drop, multi-solution family (nats)",
+                  higher_is_better=False, statement="SR-OPSD loses less entropy on the multi-solution family", **common),
+    ]
+    specs.append(ClaimSpec(id="sr_opsd_vs_grpo", table="accuracy_at_common_step", metric="held-out accuracy at a common step",
+                           method=method, baseline="grpo", unit="seed", cluster="seed",
+                           statement="SR-OPSD beats the GRPO (RLVR) baseline at an equal step",
+                           preconditions=("base model's SFT loss converged", "GRPO ran the same budget",
+                                          "GRPO does not end below its starting accuracy")))
+    return specs
 
 
 def sweep_table(sweep: list[dict]) -> pd.DataFrame:
@@ -118,11 +170,7 @@ def markdown_results(metrics: dict, profile: str) -> str:
              f"Profile **{profile}**: {metrics['seeds']} seeds, long budget {metrics['profile_steps']} update steps. "
              f"Base model: {metrics['base']['n_params']:,} parameters, held-out greedy accuracy {metrics['base']['acc']:.3f} "
              f"(plain prompt), {metrics['base']['teacher_acc']:.3f} with the privileged context (eval subset).", "",
-             "| claim | metric | method | baseline | diff [95% CI] | verdict |", "| --- | --- | ---: | ---: | --- | --- |"]
-    for c in metrics["claims"]:
-        lo, hi = c["diff_ci95"]
-        lines.append(f"| {c['statement']} | {c['metric']} | {c['method']} {c['method_mean']:.3f} | {c['baseline']} {c['baseline_mean']:.3f} "
-                     f"| {c['diff']:+.3f} [{lo:+.3f}, {hi:+.3f}] | {c['verdict']} |")
+             claims_markdown(metrics["claims"]), "Preconditions:", *precondition_lines(metrics)]
     keys = ["pass1", "pass1_add", "pass1_sum", "pass1_prog", "pass4", "entropy", "entropy_drop", "distinct_correct_multi",
             "peak_to_final_acc_drop", "final_teacher_acc_privileged", "forward_passes_per_step", "seconds_per_step"]
     lines += ["", "| method | " + " | ".join(keys) + " |", "| --- |" + " ---: |" * len(keys)]

@@ -8,7 +8,11 @@ from paperworks.control.env import control_dt
 from paperworks.control.layout import METRICS, PLOTS, distill_dir, teacher_eval_path
 from paperworks.control.params import Params
 from paperworks.control.tree import TreePolicy
-from paperworks.control.report import INTERPRETABLE_DEPTH, claims, plot_depth, plot_trace, plot_tree, recipe_table, success_summary
+from paperworks.control.report import (
+    INTERPRETABLE_DEPTH, balanced_units, claim_specs, plot_depth, plot_trace, plot_tree, recipe_table, success_summary,
+    teacher_preconditions,
+)
+from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, load_evidence, write_unit_tables
 from paperworks.core.io import ArtifactError, atomic_path, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
@@ -21,7 +25,9 @@ def write_csv(path, df: pd.DataFrame) -> None:
 @stage_main
 def main() -> None:
     p = load_section("control", Params)
-    g = global_seed(read_params_file())
+    ev = load_evidence()
+    raw = read_params_file()
+    g = global_seed(raw)
     teacher_evals = {t: read_json(teacher_eval_path(t)) for t in p.grid.teachers}
     pairs = {}
     for t in p.grid.teachers:
@@ -64,13 +70,15 @@ def main() -> None:
     ex = ex_summary.set_index("recipe")
     ex_reaching = [r for r in ex_summary["recipe"] if r != "teacher" and ex.loc[r, "pairs_perfect_rate"] >= target
                    and ex.loc[r, "max_tree_depth"] <= INTERPRETABLE_DEPTH]
-    all_claims = claims(table, p.rollouts.sigma, seed=g % 2**31)
-    if len(expert) >= 2:
-        for c in claims(ex_table, p.rollouts.sigma, seed=g % 2**31):
-            all_claims.append({**c, "statement": c["statement"] + " (pairs whose teacher balances n/n)"})
+    units = {"balanced": balanced_units(table)}
+    all_claims = evaluate_claims(claim_specs(p, set(table["recipe"])), units, teacher_preconditions(table), ev,
+                                 seed=g, track="control")
     steps = [te["steps_to_solved"] for te in teacher_evals.values()]
     metrics = {
+        "profile": raw.get("profile"),
         "claims": all_claims,
+        "claim_summary": claim_summary(all_claims),
+        "evidence": evidence_block(ev, g),
         "summary": {r: pick(r) for r in ["teacher", "headline", "viper", "dagger", f"sigma={0:g}", "kd=none"] if r in s.index},
         "robustness": {
             "teacher_reset_noise_balanced_rate": rate(teach_rob["reset_noise"]),
@@ -88,6 +96,7 @@ def main() -> None:
             "recipes_reaching_target": ex_reaching,
         },
     }
+    write_unit_tables("control", units)
     write_json(METRICS, metrics)
     write_csv(PLOTS / "recipes.csv", summary)
     write_csv(PLOTS / "pairs.csv", table)

@@ -7,7 +7,7 @@ import pandas as pd
 
 from paperworks.core.io import ArtifactError, atomic_path, read_json, read_parquet, write_json
 from paperworks.core.params import global_seed, load_section, read_params_file
-from paperworks.core.seeding import derive_seed
+from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
 from paperworks.core.stage import stage_main
 from paperworks.insurance import crossencoder as ce
 from paperworks.insurance import paths
@@ -25,7 +25,8 @@ def write_csv(path, df: pd.DataFrame) -> None:
 @stage_main
 def main() -> None:
     p = load_section("insurance", Params)
-    seed = derive_seed(global_seed(read_params_file()), "insurance", "evaluate")
+    ev = load_evidence()
+    raw = read_params_file()
     schema = ce.metrics_schema(p.eval.ks)
     read = lambda path: read_parquet(path, schema)  # noqa: E731
     methods: dict[str, pd.DataFrame] = {
@@ -48,10 +49,15 @@ def main() -> None:
     best_name = seeds["best_config"]
     best_grid = max(grid, key=lambda n: read_json(paths.GRID / n / "record.json")["val_ndcg@3"])
 
-    claims = rp.headline_claims(f"tuned {best_name} ({seeds['n_seeds']} seeds)", tuned[best_name],
-                                "zero-shot (optimised instruction)", methods["zeroshot_optimized"], seed)
-    pooled, per_config, grid_table = rp.config_vs_base(grid, seed)
-    claims.append(pooled)
+    best_frames = [read(paths.SEEDS / best_name / f"seed{i}_test.parquet") for i in range(seeds["n_seeds"])]
+    units = {f"queries_{m.replace('@', '')}": rp.query_units("tuned cross-encoder", best_frames,
+                                                             "zero-shot (optimised instruction)", methods["zeroshot_optimized"], m)
+             for m in ("ndcg@3", "spearman")}
+    curves = {n: live_curve(paths.PLOTS / "live_train" / n / "plots/metrics/train/loss.tsv") for n in grid}
+    claims = evaluate_claims(rp.claim_specs(p), units, rp.training_preconditions(curves, p, ev), ev,
+                             seed=global_seed(raw), track="insurance")
+    write_unit_tables("insurance", units)
+    grid_table = rp.grid_table(grid)
 
     all_methods = dict(methods)
     all_methods.update({f"tuned:{k}": v for k, v in tuned.items()})
@@ -71,6 +77,8 @@ def main() -> None:
     ft_ndcg3 = [rp.summarise(ft)["ndcg@3"] for _b, ft in grid.values()]
     metrics = {
         "claims": claims,
+        "claim_summary": claim_summary(claims),
+        "evidence": evidence_block(ev, global_seed(raw)),
         "summary": {
             "random": rp.summarise(methods["random"]),
             "first_stage": rp.summarise(methods["first_stage"]),
@@ -79,8 +87,7 @@ def main() -> None:
             "best_grid_finetuned": {"config": best_grid, **rp.summarise(grid[best_grid][1])},
             "best_tuned": {"config": best_name, **best_summary, "std_over_seeds": std},
         },
-        "config_vs_base": [{"config": c["method"].removesuffix(" fine-tuned"), "diff": c["diff"],
-                            "diff_ci95": c["diff_ci95"], "verdict": c["verdict"]} for c in per_config],
+        "best_tuned_config": best_name,
         "headroom": {
             "oracle_ndcg@3": 1.0,
             "random_ndcg@3": rp.summarise(methods["random"])["ndcg@3"],
@@ -95,11 +102,11 @@ def main() -> None:
         "first_stage_recall": first["recall"],
         "data_card": first["data_card"],
         "label_audit": {k: v for k, v in read_json(paths.AUDIT).items() if k != "disagreement_examples"},
-        "profile": read_params_file().get("profile"),
+        "profile": raw.get("profile"),
     }
     write_json(paths.METRICS, metrics)
     for c in claims:
-        log.info("%s: %s (diff %.4f, CI %s)", c["statement"], c["verdict"], c["diff"], c["diff_ci95"])
+        log.info("%s: %s", c["id"], c["verdict"])
 
 
 if __name__ == "__main__":

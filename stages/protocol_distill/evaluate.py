@@ -10,12 +10,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from paperworks.core.io import ArtifactError, atomic_path, read_json, read_parquet, write_json, write_text  # noqa: E402
-from paperworks.core.params import load_section  # noqa: E402
+from paperworks.core.claims import (  # noqa: E402
+    claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables,
+)
+from paperworks.core.params import global_seed, load_section, read_params_file  # noqa: E402
 from paperworks.core.stage import stage_main  # noqa: E402
 from paperworks.protocol_distill import artifacts as A  # noqa: E402
 from paperworks.protocol_distill.params import Params  # noqa: E402
 from paperworks.protocol_distill.report import (  # noqa: E402
-    headline_claims, online_vs_warm_claims, privileged_gap_claims, summary_table,
+    claim_specs, preconditions, privileged_gap_table, question_units, summary_table,
 )
 
 log = logging.getLogger("paperworks.protocol_distill")
@@ -42,6 +45,8 @@ def plot_em(summary: pd.DataFrame, path) -> None:
 @stage_main
 def main() -> None:
     p = load_section("protocol_distill", Params)
+    ev = load_evidence()
+    raw = read_params_file()
     tables = []
     for size in p.sizes:
         for seed in p.seeds:
@@ -52,8 +57,16 @@ def main() -> None:
     warm = {s: read_json(A.warm_report_path(s)) for s in p.sizes}
     synthesis = read_json(A.SYNTHESIS_REPORT)
     summary = summary_table(df)
-    claims = headline_claims(df, p.teachers, p.sizes) + online_vs_warm_claims(df, warm, p.teachers)
-    gap_claims, gap_table = privileged_gap_claims(warm, p.teachers)
+    gap_table = privileged_gap_table(warm, p.teachers, ev.confidence)
+    warm_curves = {s: live_curve(A.PLOTS / f"live_warm_{s}/plots/metrics/loss.tsv") for s in p.sizes}
+    trace_curves = {s: [live_curve(A.PLOTS / f"live_online_{s}_{seed}/trace/plots/metrics/loss.tsv") for seed in p.seeds]
+                    for s in p.sizes} if "trace" in p.online.methods else {}
+    style_outside = float(summary.loc[summary["method"] != "trace", "style_drift"].max())
+    units = question_units(df, warm)
+    claims = evaluate_claims(claim_specs(p, set(df["run"])), units,
+                             preconditions(p, gap_table, warm_curves, trace_curves, style_outside, ev), ev,
+                             seed=global_seed(raw), track="protocol_distill")
+    write_unit_tables("protocol_distill", units)
     with atomic_path(A.PLOTS / "results.csv") as tmp:
         summary.to_csv(tmp, index=False, float_format="%.4f")
     sweep = summary[summary.run.str.startswith(f"mapd_{p.teachers[0]}")][["size", "run", "kl_coef", "em_avg", "em_multi_hop", "seeds"]]
@@ -64,15 +77,16 @@ def main() -> None:
                                          "style_drift": r["style_drift"], "unsupported": r["unsupported"], "no_answer": r["no_answer"]}
              for r in summary.to_dict("records")}
     teachers = {t: {k: v for k, v in synthesis[t].items() if k != "reject_reasons"} for t in p.teachers}
-    write_json(A.METRICS, {"claims": claims + gap_claims, "summary": brief, "privileged_gap": gap_table,
+    write_json(A.METRICS, {"profile": raw.get("profile"), "claims": claims, "claim_summary": claim_summary(claims),
+                           "evidence": evidence_block(ev, global_seed(raw)), "summary": brief, "privileged_gap": gap_table,
                            "teachers": teachers, "seeds": len(p.seeds), "test_questions": int(df.qid.nunique())})
     lines = ["| size | run | EM avg | EM multi-hop | length | style drift | unsupported | no answer |", "|---|---|---|---|---|---|---|---|"]
     for r in summary.to_dict("records"):
         lines.append(f"| {r['size']} | {r['run']} | {r['em_avg']:.3f} | {r['em_multi_hop']:.3f} | {r['mean_length']:.1f} | "
                      f"{r['style_drift']:.3f} | {r['unsupported']:.3f} | {r['no_answer']} |")
     write_text(A.PLOTS / "results.md", "\n".join(lines) + "\n")
-    for c in claims + gap_claims:
-        log.info("%s: %s %.3f vs %s %.3f → %s", c["statement"], c["method"], c["method_mean"], c["baseline"], c["baseline_mean"], c["verdict"])
+    for c in claims:
+        log.info("%s: %s", c["id"], c["verdict"])
 
 
 if __name__ == "__main__":

@@ -5,13 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from paperworks.core.io import ArtifactError, atomic_path, read_json, write_json, write_text
-from paperworks.core.params import load_section
+from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
+from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.selfdistill import report
 from paperworks.selfdistill.params import Params
 from paperworks.selfdistill.pipeline import DATA, PLOTS
 
 METRICS = Path("metrics/selfdistill.json")
+BASE_LOSS = PLOTS / "live_base/plots/metrics/loss.tsv"
 
 
 def check_run(path: Path, res) -> dict:
@@ -23,6 +25,9 @@ def check_run(path: Path, res) -> dict:
 @stage_main
 def main() -> None:
     p = load_section("selfdistill", Params)
+    ev = load_evidence()
+    raw = read_params_file()
+    seed = global_seed(raw)
     names = [*p.methods, "grpo"]
     runs = {m: check_run(DATA / "runs" / f"{m}.json", read_json(DATA / "runs" / f"{m}.json")) for m in names}
     sweep = [check_run(f, read_json(f)) for f in sorted((DATA / "sweep").glob("*.json"))]
@@ -43,8 +48,15 @@ def main() -> None:
             report.plot_curves(curves, key, label, tmp, title)
 
     base_last = base["history"][-1]
+    units = report.seed_units(curves)
+    claims = evaluate_claims(report.claim_specs(p), units, report.preconditions(p, curves, live_curve(BASE_LOSS), ev), ev,
+                             seed=seed, track="selfdistill")
+    write_unit_tables("selfdistill", units)
     metrics = {
-        "claims": report.claims(runs),
+        "profile": raw.get("profile"),
+        "claims": claims,
+        "claim_summary": claim_summary(claims),
+        "evidence": evidence_block(ev, seed),
         "summary": report.summary(runs),
         "base": {"n_params": base["n_params"], "acc": round(base_last["acc"], 4), "teacher_acc": round(base_last["teacher_acc"], 4),
                  "entropy": round(base_last["entropy"], 4)},
@@ -56,9 +68,8 @@ def main() -> None:
         metrics["sweep_best"] = {"alpha": float(best.idxmax()[0]), "rho": float(best.idxmax()[1]), "acc": round(float(best.max()), 4),
                                  "steps": int(sweep_df["steps"].max())}
     write_json(METRICS, metrics)
-    for c in metrics["claims"]:
-        print(f"{c['metric']}: {c['method']} {c['method_mean']:.3f} vs {c['baseline']} {c['baseline_mean']:.3f} "
-              f"diff {c['diff']:+.3f} CI [{c['diff_ci95'][0]:+.3f}, {c['diff_ci95'][1]:+.3f}] → {c['verdict']}")
+    for c in claims:
+        print(f"{c['id']}: {c['verdict']}")
 
 
 if __name__ == "__main__":

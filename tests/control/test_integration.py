@@ -7,8 +7,7 @@ import json
 import pytest
 import yaml
 
-from paperworks.core.stats import VERDICTS
-from tests.conftest import dvc
+from tests.conftest import assert_claims_meet_standard, dvc
 
 
 def _sha(path):
@@ -19,9 +18,10 @@ def _sha(path):
 def test_control_smoke_through_dvc(smoke_repo):
     dvc(smoke_repo, "repro", "--glob", "control_*")
     m = json.loads((smoke_repo / "metrics/control.json").read_text())
-    assert len(m["claims"]) >= 3
-    for c in m["claims"]:
-        assert c["verdict"] in VERDICTS and c["n"] == 1 and len(c["diff_ci95"]) == 2
+    claims = {c["id"]: c for c in assert_claims_meet_standard(m, "control", smoke_repo)}
+    head = claims["tree_vs_teacher"]
+    assert head["kind"] == "non_inferiority" and head["units"]["cluster"] == "teacher" and head["role"] == "headline"
+    assert head["statement"].startswith("Depth-7 tree")
     assert {"teacher", "headline", "viper", "dagger"} <= set(m["summary"])
     plots = smoke_repo / "plots/control"
     for name in ("tree.png", "bangbang.png", "balanced_vs_depth.png", "recipes.csv", "trace.csv", "depth_sweep.csv"):

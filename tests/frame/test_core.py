@@ -16,7 +16,7 @@ import yaml
 from pydantic import Field
 from sklearn.metrics import ndcg_score
 
-from paperworks.core import ranking, stats
+from paperworks.core import ranking
 from paperworks.core.io import (
     ArtifactError, atomic_path, load_safetensors, read_json, read_parquet, save_safetensors, write_json, write_parquet,
 )
@@ -183,28 +183,6 @@ def test_derive_seed_is_stable() -> None:
     assert int(out) == derive_seed(7, "x")
 
 
-# ------------------------------------------------------------------ stats
-
-def test_mean_ci_and_wilson() -> None:
-    r = stats.mean_ci([1.0, 2.0, 3.0])
-    assert r["mean"] == 2.0 and r["ci_low"] < 2.0 < r["ci_high"]
-    assert round(r["ci_high"] - 2.0, 3) == round(4.303 * 1.0 / np.sqrt(3), 3)
-    lo, hi = stats.wilson_interval(20, 20)
-    assert hi == 1.0 and 0.8 < lo < 0.85
-    assert stats.wilson_interval(0, 10)[0] == 0.0
-
-
-def test_claim_verdicts() -> None:
-    rng = np.random.default_rng(0)
-    base = rng.normal(0.5, 0.05, 40)
-    better = stats.claim("x beats y", "acc", "x", base + 0.1, "y", base)
-    assert better["verdict"] == "method better" and better["diff_ci95"][0] > 0
-    noise = stats.claim("x beats y", "acc", "x", base + rng.normal(0, 0.05, 40), "y", base)
-    assert noise["verdict"] == "unresolved"
-    lower_better = stats.claim("x has lower loss", "loss", "x", base - 0.1, "y", base, higher_is_better=False)
-    assert lower_better["verdict"] == "method better"
-
-
 # ------------------------------------------------------------------ ranking (checked against scikit-learn)
 
 def test_ndcg_matches_sklearn() -> None:
@@ -233,12 +211,19 @@ def test_rank_metrics_by_hand() -> None:
 # ------------------------------------------------------------------ report
 
 def test_results_table_is_generated_from_claims(tmp_path: Path) -> None:
-    c = stats.claim("A beats B", "ndcg@3", "A", [0.9, 0.8, 0.85], "B", [0.5, 0.6, 0.55], unit="seeds")
-    (tmp_path / "t.json").write_text(json.dumps({"claims": [c]}))
-    table = results_table(tmp_path)
-    assert "| t | A beats B | ndcg@3 | A: 0.850 | B: 0.550 |" in table and "**method better**" in table
+    from paperworks.core.claims import ClaimSpec, EvidenceParams, evaluate_claims, unit_table
+
+    table = unit_table([{"arm": a, "cluster": s, "unit": 0, "value": v}
+                        for s, (x, y) in enumerate([(0.9, 0.5), (0.8, 0.6), (0.85, 0.55)]) for a, v in (("A", x), ("B", y))])
+    spec = ClaimSpec(id="a_vs_b", statement="A beats B", table="t", metric="ndcg@3", method="A", baseline="B",
+                     unit="seed", cluster="seed", role="headline")
+    c = evaluate_claims([spec], {"t": table}, [], EvidenceParams(), seed=0, track="t")
+    (tmp_path / "t.json").write_text(json.dumps({"profile": "smoke", "claims": c}))
+    out = results_table(tmp_path)
+    assert "| t | smoke | headline | A beats B | ndcg@3 (higher is better) | superiority |" in out
+    assert "A 0.850 vs B 0.550 | +0.300 [" in out and "| 3 seeds |" in out and "**method better**" in out
     readme = "# x\n<!-- results:start -->\nold\n<!-- results:end -->\ntail\n"
-    assert inject(readme, table) == f"# x\n<!-- results:start -->\n{table}<!-- results:end -->\ntail\n"
+    assert inject(readme, out) == f"# x\n<!-- results:start -->\n{out}<!-- results:end -->\ntail\n"
 
 
 def test_readme_results_table_is_current() -> None:
@@ -247,16 +232,11 @@ def test_readme_results_table_is_current() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def test_small_samples_get_t_intervals() -> None:
-    """Three seeds that all agree are not a precise effect: the interval must say so."""
-    c = stats.claim("x", "acc", "a", [0.31, 0.32, 0.312], "b", [0.30, 0.30, 0.31], unit="seeds")
-    assert c["ci_method"] == "paired t"
-    d = np.array([0.01, 0.02, 0.002])
-    half = 4.302652729911275 * d.std(ddof=1) / np.sqrt(3)
-    assert c["diff_ci95"] == pytest.approx([d.mean() - half, d.mean() + half])
-    assert c["verdict"] == "unresolved"
-    assert stats.bootstrap_diff_ci([0.31, 0.32, 0.312], [0.30, 0.30, 0.31])[1] > 0  # what the bootstrap would have claimed
-    welch = stats.claim("x", "acc", "a", [1.0, 2.0, 3.0], "b", [0.0, 0.5, 1.0, 1.5], paired=False)
-    assert welch["ci_method"] == "Welch t" and welch["diff_ci95"][0] < welch["diff"] < welch["diff_ci95"][1]
-    big = stats.claim("x", "acc", "a", np.linspace(0, 1, 40) + 0.5, "b", np.linspace(0, 1, 40))
-    assert big["ci_method"] == "paired bootstrap" and big["verdict"] == "method better"
+def test_committed_claims_meet_the_evidence_standard_and_recompute() -> None:
+    """Every claim in metrics/ says its kind, units, interval and preconditions, and `make report`
+    recomputes the same intervals and verdicts from the committed per-unit tables."""
+    from tests.conftest import assert_claims_meet_standard
+
+    for path in sorted((REPO / "metrics").glob("*.json")):
+        assert_claims_meet_standard(json.loads(path.read_text()), path.stem, REPO)
+

@@ -1,8 +1,9 @@
-"""Claims: paired over test queries; every-config-vs-base counts."""
+"""Per-unit tables and preconditions of the insurance claims."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from paperworks.insurance import report as rp
 
@@ -19,20 +20,30 @@ def test_seed_mean_aligns_by_query():
     assert m["ndcg@3"].tolist() == [1.0, 0.0]
 
 
-def test_headline_claims_pair_over_queries():
+def test_query_units_nest_queries_in_seeds_and_pair_the_zero_shot():
     rng = np.random.default_rng(0)
     base = rng.random(60)
-    claims = rp.headline_claims("ft", frame(base + 0.2), "zs", frame(base), seed=0)
-    assert [c["metric"] for c in claims] == ["ndcg@3", "spearman"]
-    assert all(c["verdict"] == "method better" and c["n"] == 60 for c in claims)
+    seeds = [frame(base + 0.2 + 0.01 * k) for k in range(3)]
+    units = rp.query_units("ft", seeds, "zs", frame(base), "ndcg@3")
+    assert len(units) == 2 * 3 * 60 and set(units["cluster"]) == {"0", "1", "2"}
+    ft = units[units["arm"] == "ft"].set_index(["cluster", "unit"])["value"]
+    zs = units[units["arm"] == "zs"].set_index(["cluster", "unit"])["value"]
+    assert np.allclose((ft - zs).groupby(level=0).mean().to_numpy(), [0.2, 0.21, 0.22])
+    with pytest.raises(ValueError, match="different test queries"):
+        rp.query_units("ft", [frame(base[:50])], "zs", frame(base), "ndcg@3")
 
 
-def test_config_vs_base_counts():
-    rng = np.random.default_rng(1)
-    grid = {}
-    for i in range(4):
-        base = rng.random(40)
-        grid[f"c{i}"] = (frame(base), frame(base + (0.3 if i < 3 else -0.3)))
-    pooled, per, table = rp.config_vs_base(grid, seed=0)
-    assert pooled["improved_count"] == 3 and pooled["significant_count"] == 3 and pooled["configs"] == 4
-    assert len(per) == 4 and table["verdict"].tolist()[-1] == "baseline better"
+def test_a_flat_loss_plateaus_but_did_not_learn():
+    """The landed grid: ListNet at ln 6 throughout passes a plateau check and fails the learning one."""
+    from paperworks.core.claims import EvidenceParams
+    from paperworks.insurance.params import Params
+    from paperworks.core.params import load_section
+    from tests.conftest import REPO
+
+    p = load_section("insurance", Params, REPO / "params.yaml")
+    rng = np.random.default_rng(2)
+    curves = {"flat": list(np.log(6) + rng.normal(0, 0.003, 20)), "learns": list(1.8 * np.exp(-np.arange(200) / 30) + 0.5)}
+    pre = {r["name"]: r for r in rp.training_preconditions(curves, p, EvidenceParams())}
+    assert pre["every cross-encoder's loss plateaued"]["passed"]
+    moved = pre[f"every cross-encoder's loss fell ≥ {p.claims.min_loss_improvement:.0%}"]
+    assert not moved["passed"] and "flat" in moved["detail"] and moved["value"] == 1

@@ -8,20 +8,21 @@ import sys
 import pandas as pd
 import pytest
 
-from tests.conftest import dvc
+from tests.conftest import assert_claims_meet_standard, dvc
 
 
 @pytest.mark.integration
 def test_smoke_pipeline_through_dvc(smoke_repo):
     dvc(smoke_repo, "repro", "--glob", "protocol_distill_*")
     metrics = json.loads((smoke_repo / "metrics/protocol_distill.json").read_text())
-    assert metrics["claims"], "no claims written"
-    for c in metrics["claims"]:
-        assert c["verdict"] in ("method better", "baseline better", "unresolved")
-        assert len(c["diff_ci95"]) == 2 and c["n"] > 0
-    statements = " ".join(c["statement"] for c in metrics["claims"])
-    for needle in ("GRPO-only", "OPSD", "style", "shorter", "teacher variant", "privileged branch"):
-        assert needle in statements
+    claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "protocol_distill", smoke_repo)}
+    assert [c["id"] for c in claims.values() if c["role"] == "headline"] == [
+        "mapd_vs_grpo_tiny", "mapd_vs_opsd_tiny", "mapd_vs_grpo_multi_hop_tiny"]
+    for needle in ("mapd_less_style_than_trace", "mapd_shorter_than_trace", "mapd_gpt_vs_grpo", "grpo_vs_warm_start"):
+        assert any(k.startswith(needle) for k in claims), needle
+    head = claims["mapd_vs_grpo_tiny"]
+    assert head["units"]["cluster"] == "seed" and head["units"]["unit"] == "question"
+    assert set(metrics["privileged_gap"]) >= {"tiny/opus", "tiny/answer"}
     assert set(metrics["teachers"]) == {"opus", "gpt", "gemini"}
     table = pd.read_csv(smoke_repo / "plots/protocol_distill/results.csv")
     runs = set(table.run)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.conftest import dvc
+from tests.conftest import assert_claims_meet_standard, dvc
 
 pytestmark = pytest.mark.integration
 
@@ -13,10 +13,10 @@ pytestmark = pytest.mark.integration
 def test_smoke_pipeline_through_dvc(smoke_repo):
     dvc(smoke_repo, "repro", "--glob", "selfdistill_*")
     metrics = json.loads((smoke_repo / "metrics/selfdistill.json").read_text())
-    assert len(metrics["claims"]) >= 4
-    for c in metrics["claims"]:
-        assert c["verdict"] in ("method better", "baseline better", "unresolved")
-        assert c["n"] == 3 and c["diff_ci95"][0] <= c["diff"] <= c["diff_ci95"][1]
+    claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "selfdistill", smoke_repo)}
+    assert len(claims) >= 4
+    # the smoke budget is far below the collapse regime: the headline claims must say they were not tested
+    assert claims["sr_opsd_keeps_entropy"]["verdict"].startswith("not tested: long budget")
     assert {"reverse_kl", "forward_kl", "sr_opsd", "frozen_teacher", "grpo"} <= set(metrics["summary"])
     for name in ("entropy_vs_step.png", "accuracy_vs_step.png", "curves.csv", "sweep.csv"):
         assert (smoke_repo / "plots/selfdistill" / name).stat().st_size > 0
