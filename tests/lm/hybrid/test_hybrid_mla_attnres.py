@@ -135,3 +135,13 @@ def test_standard_stream_is_the_plain_sum_and_learned_queries_reweight():
 def test_block_attnres_requires_blocks_to_divide_sublayers():
     with pytest.raises(ValueError, match="attnres_blocks=3"):
         ResidualStream(8, 8, "block_attnres", num_blocks=3)
+
+
+def test_growing_cache_on_a_middle_time_axis():
+    rows = torch.randn(2, 3, 5, 4)                     # (B, H, T, D)
+    c = GrowingCache(rows, axis=2)
+    new = [torch.randn(2, 3, 4) for _ in range(30)]
+    for r in new:
+        c.append(r)
+    assert c.view().shape == (2, 3, 35, 4)
+    assert torch.equal(c.view(), torch.cat([rows, torch.stack(new, 2)], 2))

@@ -18,24 +18,33 @@ from paperworks.core.lm.hybrid.kda import HeadRMSNorm
 
 
 class GrowingCache:
-    """Per-token rows (B, T, *shape) appended one step at a time; capacity doubles, so appends are O(1) amortised."""
+    """Per-token rows appended along a time axis one step at a time; capacity doubles, so appends are
+    O(1) amortised and the rows in use stay one strided view (no copy per step)."""
 
-    def __init__(self, rows: torch.Tensor):
-        self.length = rows.shape[1]
-        self.data = rows.new_zeros(rows.shape[0], max(16, 2 * self.length), *rows.shape[2:])
-        self.data[:, : self.length] = rows
+    def __init__(self, rows: torch.Tensor, axis: int = 1):
+        self.axis, self.length = axis, rows.shape[axis]
+        self.data = self._alloc(rows, max(16, 2 * self.length))
+        self._slot(slice(0, self.length)).copy_(rows)
+
+    def _alloc(self, like: torch.Tensor, capacity: int) -> torch.Tensor:
+        shape = list(like.shape)
+        shape[self.axis] = capacity
+        return like.new_zeros(shape)
+
+    def _slot(self, index) -> torch.Tensor:
+        return self.data[(slice(None),) * self.axis + (index,)]
 
     def append(self, row: torch.Tensor) -> None:
-        """row: (B, *shape), one token."""
-        if self.length == self.data.shape[1]:
-            bigger = self.data.new_zeros(self.data.shape[0], 2 * self.length, *self.data.shape[2:])
-            bigger[:, : self.length] = self.data
-            self.data = bigger
-        self.data[:, self.length] = row
+        """row: one token, the rows' shape without the time axis."""
+        if self.length == self.data.shape[self.axis]:
+            old = self.view()
+            self.data = self._alloc(self.data, 2 * self.length)
+            self._slot(slice(0, self.length)).copy_(old)
+        self._slot(self.length).copy_(row)
         self.length += 1
 
     def view(self) -> torch.Tensor:
-        return self.data[:, : self.length]
+        return self._slot(slice(0, self.length))
 
     def nbytes(self) -> int:
         """Bytes of the rows in use (what a serving system must keep), not of the spare capacity."""
@@ -78,8 +87,8 @@ class GatedMLA(nn.Module):
         latents = cache.view()                                                     # (B, T, r)
         q = self.q_proj(x).view(-1, self.h, self.d)
         q_latent = torch.einsum("bhd,hdr->bhr", q, self.k_up.weight.view(self.h, self.d, self.r))
-        scores = torch.einsum("bhr,btr->bht", q_latent, latents) * self.d ** -0.5
-        o_latent = torch.einsum("bht,btr->bhr", scores.softmax(-1), latents)
+        scores = q_latent @ latents.transpose(1, 2) * self.d ** -0.5               # (B, H, T)
+        o_latent = scores.softmax(-1) @ latents                                   # (B, H, r)
         o = torch.einsum("bhr,hdr->bhd", o_latent, self.v_up.weight.view(self.h, self.d, self.r))
         return self._out(o, x), cache
 
@@ -96,10 +105,10 @@ def rotary(x, positions, theta: float):
 
 
 class KVCache:
-    """Keys and values of a dense attention layer, (B, T, H, D) each."""
+    """Keys and values of a dense attention layer, (B, H, T, D) each."""
 
     def __init__(self, k, v):
-        self.k, self.v = GrowingCache(k), GrowingCache(v)
+        self.k, self.v = GrowingCache(k, axis=2), GrowingCache(v, axis=2)
 
     @property
     def length(self) -> int:
@@ -123,9 +132,10 @@ class DenseAttention(nn.Module):
         q, k, v = self.qkv(x).view(b, t, 3, self.h, self.d).unbind(2)            # (B, T, H, D)
         pos = torch.arange(t, device=x.device)
         q, k = (rotary(z.transpose(1, 2), pos, self.theta) for z in (q, k))     # (B, H, T, D)
-        o = F.scaled_dot_product_attention(q, k, v.transpose(1, 2), is_causal=True)
+        v = v.transpose(1, 2)
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = self.o_proj(o.transpose(1, 2).flatten(-2))
-        return (y, KVCache(k.transpose(1, 2), v)) if return_cache else y
+        return (y, KVCache(k, v)) if return_cache else y
 
     def step(self, x, cache: KVCache):
         q, k, v = self.qkv(x).view(-1, 3, self.h, self.d).unbind(1)              # (B, H, D)
@@ -133,7 +143,7 @@ class DenseAttention(nn.Module):
         q, k = (rotary(z.unsqueeze(-2), pos, self.theta).squeeze(-2) for z in (q, k))
         cache.k.append(k)
         cache.v.append(v)
-        keys, values = cache.k.view(), cache.v.view()                           # (B, T, H, D)
-        scores = torch.einsum("bhd,bthd->bht", q, keys) * self.d ** -0.5
-        o = torch.einsum("bht,bthd->bhd", scores.softmax(-1), values)
+        keys, values = cache.k.view(), cache.v.view()                           # (B, H, T, D)
+        scores = (q.unsqueeze(-2) @ keys.transpose(-1, -2)) * self.d ** -0.5   # (B, H, 1, T)
+        o = (scores.softmax(-1) @ values).squeeze(-2)
         return self.o_proj(o.flatten(-2)), cache
