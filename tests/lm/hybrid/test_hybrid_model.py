@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from paperworks.core.io import ArtifactError
 from paperworks.core.lm.hybrid import (
     HybridLMConfig, KDAConfig, MoEConfig, build_hybrid_lm, greedy_decode, load_hybrid_checkpoint,
-    parameter_counts, save_hybrid_checkpoint,
+    next_token_loss, parameter_counts, save_hybrid_checkpoint,
 )
 from paperworks.core.lm.train import sft_loss
 
@@ -113,6 +113,12 @@ def test_kit_loss_runs_on_right_padding_and_left_padding_is_refused():
     assert torch.isfinite(loss) and loss.item() == pytest.approx(torch.log(torch.tensor(23.0)).item(), rel=0.05)
     with pytest.raises(ValueError, match="left padding"):
         model(ids.flip(1), attention_mask=mask.flip(1))
+    moe = build_hybrid_lm(small(mlp="moe", moe=MoEConfig(num_experts=4, top_k=2, expert_hidden=8,
+                                                         balancing="aux_loss", aux_loss_coef=0.5)), seed=0).eval()
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    total, ce, out = next_token_loss(moe, batch)
+    assert torch.allclose(ce, sft_loss(moe, batch)) and out.aux_loss.item() > 0
+    assert torch.allclose(total, ce + out.aux_loss)
 
 
 def test_checkpoint_roundtrip_keeps_router_biases(tmp_path):

@@ -7,7 +7,7 @@ from paperworks.core.lm.hybrid.kda import (
 from paperworks.core.lm.hybrid.mla import DenseAttention, GatedMLA, GrowingCache, KVCache
 from paperworks.core.lm.hybrid.model import (
     HybridLM, HybridLMConfig, HybridOutput, build_hybrid_lm, greedy_decode, load_hybrid_checkpoint,
-    parameter_counts, save_hybrid_checkpoint,
+    next_token_loss, parameter_counts, save_hybrid_checkpoint,
 )
 from paperworks.core.lm.hybrid.moe import MoE, MoEConfig, RoutingStats, dead_experts, max_violation
 
@@ -16,6 +16,6 @@ __all__ = [
     "KDACache", "KDAConfig", "KimiDeltaAttention", "kda_chunkwise", "kda_recurrent", "kda_step",
     "DenseAttention", "GatedMLA", "GrowingCache", "KVCache",
     "HybridLM", "HybridLMConfig", "HybridOutput", "build_hybrid_lm", "greedy_decode", "load_hybrid_checkpoint",
-    "parameter_counts", "save_hybrid_checkpoint",
+    "next_token_loss", "parameter_counts", "save_hybrid_checkpoint",
     "MoE", "MoEConfig", "RoutingStats", "dead_experts", "max_violation",
 ]

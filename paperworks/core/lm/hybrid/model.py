@@ -188,6 +188,19 @@ def _check_right_padded(mask) -> None:
                          "the recurrent layers need right padding")
 
 
+def next_token_loss(model: HybridLM, batch: dict[str, torch.Tensor], ignore_index: int = -100):
+    """Mean next-token cross-entropy over labelled tokens plus the MoE auxiliary loss.
+
+    ``batch`` as from ``core.lm.encode_sft`` (input_ids, attention_mask, labels). Returns
+    ``(total, cross_entropy, output)``; ``core.lm.sft_loss`` alone would drop the auxiliary term.
+    """
+    out = model(input_ids=batch["input_ids"], attention_mask=batch.get("attention_mask"))
+    logits = out.logits[:, :-1]
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1),
+                         ignore_index=ignore_index)
+    return ce + out.aux_loss, ce, out
+
+
 def build_hybrid_lm(cfg: HybridLMConfig, seed: int | None = None) -> HybridLM:
     if seed is not None:
         torch.manual_seed(seed)
