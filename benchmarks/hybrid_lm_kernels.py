@@ -4,6 +4,7 @@
 
 Table 1: fwd+bwd CPU seconds of the KDA kernels — factorised chunkwise (training path) vs the
 token-by-token recurrence, per-head-gate (gated DeltaNet) chunkwise, and causal SDPA attention for scale.
+Table 3 (``--train``): training tokens/s (CPU time) of whole d=128 L=4 models at T=256, B=8.
 Table 2: decoding one token per row with a cache already holding `context` tokens, for one layer of
 each mixer (d=128, 2 heads × 64, MLA latent rank 32, batch 8): CPU ms per token step and the cache's
 MiB (what a server keeps per layer for the batch). Times are `time.process_time`, i.e. CPU seconds
@@ -20,6 +21,8 @@ import torch.nn.functional as F
 
 from paperworks.core.lm.hybrid.kda import KDAConfig, KimiDeltaAttention, kda_chunkwise, kda_recurrent
 from paperworks.core.lm.hybrid.mla import DenseAttention, GatedMLA, GrowingCache, KVCache
+from paperworks.core.lm.hybrid.model import HybridLMConfig, build_hybrid_lm, next_token_loss, parameter_counts
+from paperworks.core.lm.hybrid.moe import MoEConfig
 
 D_MODEL, HEADS, HEAD_DIM, KV_RANK, BATCH = 128, 2, 64, 32, 8
 
@@ -74,11 +77,39 @@ def decode_row(layer, cache, steps: int) -> tuple[float, float]:
     return ms, mib
 
 
+TRAIN_VARIANTS = {
+    "dense MHA + SwiGLU": dict(layer_pattern="A"),
+    "hybrid 3 KDA : 1 MLA": dict(),
+    "hybrid, gated DeltaNet gate": dict(kda=KDAConfig(per_head_gate=True)),
+    "hybrid + MoE 8 top-2 (QB)": dict(mlp="moe"),
+    "hybrid + LatentMoE 64 top-8 (latent 64)": dict(mlp="moe", moe=MoEConfig(num_experts=64, top_k=8, expert_hidden=48,
+                                                                            latent_dim=64)),
+    "hybrid + MoE + block AttnRes (2 blocks)": dict(mlp="moe", residual="block_attnres"),
+    "hybrid + MoE + full AttnRes": dict(mlp="moe", residual="full_attnres"),
+}
+
+
+def train_tokens_per_second(overrides: dict, steps: int = 3, seq: int = 256, batch: int = 8) -> tuple[float, dict]:
+    model = build_hybrid_lm(HybridLMConfig(vocab_size=64, **overrides), seed=0).train()
+    opt = torch.optim.AdamW(model.parameters(), 1e-3)
+    ids = torch.randint(0, 64, (batch, seq + 1), generator=torch.Generator().manual_seed(0))
+    data = {"input_ids": ids, "labels": ids}
+
+    def step():
+        loss, _, _ = next_token_loss(model, data)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    return batch * (seq + 1) / cpu_seconds(step, steps), parameter_counts(model)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--contexts", default="256,512,1024,2048,4096")
     ap.add_argument("--steps", type=int, default=20, help="decode steps timed per context")
+    ap.add_argument("--train", action="store_true", help="also time whole-model training steps")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -115,6 +146,12 @@ def main() -> None:
             ms, mib = decode_row(layer, cache, args.steps)
             cells += [f"{ms:.3f}", f"{mib:.3f}"]
         print(f"| {ctx} | {' | '.join(cells)} |", flush=True)
+    if args.train:
+        print("\nTraining, d=128 L=4 2×64 heads, T=256 B=8, vocab 64: tokens/s (CPU time)")
+        print("| variant | params total | params active | train tok/s |\n| --- | ---: | ---: | ---: |")
+        for name, overrides in TRAIN_VARIANTS.items():
+            tps, counts = train_tokens_per_second(overrides)
+            print(f"| {name} | {counts['total'] / 1e6:.2f}M | {counts['active'] / 1e6:.2f}M | {tps:,.0f} |", flush=True)
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
 
 
