@@ -30,7 +30,7 @@ def test_output_equals_a_per_token_loop_and_load_counts_assignments():
         for j, e in enumerate(chosen):
             expected[i] += w[j] * moe.experts[e](tok)
             counts[e] += 1
-    assert torch.allclose(y.reshape(-1, 12), expected, atol=1e-12)
+    assert torch.allclose(y.reshape(-1, 12), expected, rtol=0, atol=1e-12)
     assert torch.equal(stats.load, counts) and int(stats.load.sum()) == 21 * 2
 
 
@@ -46,7 +46,7 @@ def test_quantile_balancing_sets_minus_the_quantile_after_a_training_batch():
     scores = torch.sigmoid(moe.router(x)).detach()
     _, stats_first = moe(x)
     expected = -torch.quantile(scores, 1 - 2 / 6, dim=0)
-    assert torch.allclose(moe.selection_bias, expected, atol=1e-12)
+    assert torch.allclose(moe.selection_bias, expected, rtol=0, atol=1e-12)
     # on the same batch each expert now has exactly k/n of the tokens above its shifted zero
     assert torch.all(((scores + moe.selection_bias) > 0).double().mean(0).sub(2 / 6).abs() <= 1 / 200 + 1e-12)
     moe.eval()
@@ -60,14 +60,14 @@ def test_bias_strategy_moves_toward_the_underloaded_and_aux_loss_only_for_aux():
     x = torch.randn(300, 12, dtype=torch.float64)
     _, stats = moe(x)
     load = stats.load.double()
-    assert torch.allclose(moe.selection_bias, 0.01 * torch.sign(load.mean() - load))
+    assert torch.allclose(moe.selection_bias, 0.01 * torch.sign(load.mean() - load), rtol=0, atol=1e-15)
     assert float(stats.aux_loss) == 0.0
     aux = _moe(balancing="aux_loss", aux_loss_coef=0.1).train()
     _, st = aux(x)
     scores = torch.sigmoid(aux.router(x))
     fraction = st.load.double() / (300 * 2)
     manual = 0.1 * 6 * (fraction * (scores / scores.sum(-1, keepdim=True)).mean(0)).sum()
-    assert torch.allclose(st.aux_loss, manual)
+    assert torch.allclose(st.aux_loss, manual, rtol=0, atol=1e-12)
     st.aux_loss.backward()
     assert aux.router.weight.grad is not None and aux.router.weight.grad.abs().sum() > 0
     assert torch.equal(aux.selection_bias, torch.zeros(6, dtype=torch.float64))
@@ -120,7 +120,7 @@ def test_latent_moe_routes_in_the_latent_and_counts_parameters():
         for p in moe.experts.parameters():
             p.zero_()
     y2, _ = moe(x)
-    assert torch.allclose(y2, moe.shared(x))
+    assert torch.allclose(y2, moe.shared(x), rtol=0, atol=1e-12)
 
 
 def test_config_rejects_k_above_n():

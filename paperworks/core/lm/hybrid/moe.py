@@ -140,7 +140,8 @@ class MoE(nn.Module):
             self.selection_bias += cfg.bias_update_rate * torch.sign(load.float().mean() - load.float()).to(self.selection_bias.dtype)
         elif cfg.balancing == "quantile":
             level = 1.0 - cfg.top_k / cfg.num_experts
-            target = -torch.quantile(scores.float(), level, dim=0).to(self.selection_bias.dtype)
+            exact = scores if scores.dtype in (torch.float32, torch.float64) else scores.float()  # quantile needs one
+            target = -torch.quantile(exact, level, dim=0).to(self.selection_bias.dtype)
             if cfg.quantile_ema:
                 target = cfg.quantile_ema * self.selection_bias + (1 - cfg.quantile_ema) * target
             self.selection_bias.copy_(target)
