@@ -142,3 +142,18 @@ def test_checkpoint_roundtrip_keeps_router_biases(tmp_path):
 def test_same_seed_same_weights():
     a, b = build_hybrid_lm(small(), seed=3), build_hybrid_lm(small(), seed=3)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@pytest.mark.parametrize("residual", ["standard", "full_attnres", "block_attnres"])
+def test_probe_reports_the_stream_rms_each_sublayer_reads(residual):
+    model = build_hybrid_lm(small(residual=residual), seed=0).eval()
+    ids = torch.randint(0, 23, (2, 7))
+    with torch.no_grad():
+        out = model(ids, probe=True)
+        emb = model.embed(ids)
+        first = model.mixers[0](model.mixer_norms[0](emb))
+    second_input = emb + first if residual == "standard" else (emb + first) / 2   # AttnRes starts uniform
+    assert out.stream_rms.shape == (9,)
+    assert torch.allclose(out.stream_rms[0], emb.square().mean().sqrt())   # the first sublayer reads the embedding
+    assert torch.allclose(out.stream_rms[1], second_input.square().mean().sqrt())
+    assert model(ids).stream_rms is None

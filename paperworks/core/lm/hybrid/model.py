@@ -85,6 +85,7 @@ class HybridOutput:
     aux_loss: torch.Tensor                 # scalar: sum of the MoE layers' auxiliary losses (0 if none)
     expert_load: torch.Tensor | None       # (n_moe_layers, n_experts) tokens per expert, or None
     cache: list | None = None              # per-layer decoding caches (prefill only)
+    stream_rms: torch.Tensor | None = None  # (2·layers + 1,) RMS of each sublayer's input (probe only)
 
 
 class RMSNorm(nn.Module):
@@ -128,22 +129,31 @@ class HybridLM(nn.Module):
         out = self.mlps[i](x)
         return out if isinstance(out, tuple) else (out, None)
 
-    def _run(self, h, mix):
-        """Walk the layers; ``mix(i, x)`` runs mixer i. Returns (final hidden, aux loss, loads)."""
+    def _run(self, h, mix, rms: list | None = None):
+        """Walk the layers; ``mix(i, x)`` runs mixer i. Returns (final hidden, aux loss, loads).
+        ``rms``, when a list, receives the RMS of every sublayer's input and of the final norm's input."""
         aux, loads = h.new_zeros(()), []
         s = self.stream.start(h)
+
+        def read(index):
+            x = self.stream.read(s, index)
+            if rms is not None:
+                rms.append(x.detach().square().mean().sqrt())
+            return x
+
         for i in range(self.cfg.num_layers):
-            s = self.stream.write(s, mix(i, self.mixer_norms[i](self.stream.read(s, 2 * i))))
-            out, stats = self._mlp(i, self.mlp_norms[i](self.stream.read(s, 2 * i + 1)))
+            s = self.stream.write(s, mix(i, self.mixer_norms[i](read(2 * i))))
+            out, stats = self._mlp(i, self.mlp_norms[i](read(2 * i + 1)))
             if stats is not None:
                 aux, loads = aux + stats.aux_loss, loads + [stats.load]
             s = self.stream.write(s, out)
-        return self.final_norm(self.stream.read(s, 2 * self.cfg.num_layers)), aux, (torch.stack(loads) if loads else None)
+        return self.final_norm(read(2 * self.cfg.num_layers)), aux, (torch.stack(loads) if loads else None)
 
     def forward(self, input_ids, attention_mask=None, use_cache: bool = False, return_cache: bool = False,
-                recurrent: bool = False) -> HybridOutput:
+                recurrent: bool = False, probe: bool = False) -> HybridOutput:
         """input_ids (B, T) → :class:`HybridOutput`. ``recurrent`` runs KDA token by token (reference path);
-        ``return_cache`` also returns the decoding caches after the last position (prefill)."""
+        ``return_cache`` also returns the decoding caches after the last position (prefill); ``probe`` fills
+        ``stream_rms`` (RMS of the residual stream read by each sublayer, then by the final norm)."""
         if attention_mask is not None:
             _check_right_padded(attention_mask)
         caches: list = [None] * self.cfg.num_layers
@@ -156,8 +166,10 @@ class HybridLM(nn.Module):
                 return y
             return m(x, **kwargs)
 
-        h, aux, loads = self._run(self.embed(input_ids), mix)
-        return HybridOutput(self.lm_head(h), aux, loads, caches if return_cache else None)
+        rms: list | None = [] if probe else None
+        h, aux, loads = self._run(self.embed(input_ids), mix, rms)
+        return HybridOutput(self.lm_head(h), aux, loads, caches if return_cache else None,
+                            torch.stack(rms) if probe else None)
 
     @torch.no_grad()
     def prefill(self, input_ids) -> tuple[torch.Tensor, list]:
