@@ -157,7 +157,8 @@ class ClaimSpec:
     def from_record(cls, record: dict) -> "ClaimSpec":
         names = {f.name for f in fields(cls)}
         raw = {k: record[k] for k in names if k in record}
-        raw["preconditions"] = tuple(p["name"] for p in record.get("preconditions", []))
+        auto = f"at least 2 independent {record['units']['cluster']}s"
+        raw["preconditions"] = tuple(p["name"] for p in record.get("preconditions", []) if p["name"] != auto)
         raw["cluster"] = record["units"]["cluster"]
         raw["unit"] = record["units"]["unit"]
         raw["paired"] = record["units"]["paired"]
@@ -210,6 +211,10 @@ def _arm_groups(table: pd.DataFrame, spec: ClaimSpec) -> tuple[list[np.ndarray],
     return ma, mb, n_units, problems
 
 
+def _clusters_name(spec: ClaimSpec) -> str:
+    return f"at least 2 independent {spec.cluster}s"
+
+
 def _seed_for(claim_id: str, seed: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{claim_id}".encode()).digest()[:4], "little")
 
@@ -238,6 +243,9 @@ def measure_claim(spec: ClaimSpec, table: pd.DataFrame, preconditions: Sequence[
     if missing:
         raise ValueError(f"claim {spec.id}: precondition records missing: {sorted(missing)}")
     pre = [r for r in pre if r["name"] in spec.preconditions]
+    if spec.cluster is not None:  # an interval over clusters needs two of them (generic, never declared)
+        pre.append(precondition(_clusters_name(spec), n_clusters >= 2, value=n_clusters, threshold=2,
+                                detail=f"{n_clusters} independent {spec.cluster}(s) per arm"))
     method_means = [g.mean() * sign for g in ma]
     base_means = [g.mean() * sign for g in mb]
     return {

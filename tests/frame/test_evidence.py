@@ -230,3 +230,13 @@ def test_records_recompute_from_committed_unit_tables(tmp_path) -> None:
     write_unit_tables("toy", tables, root=tmp_path)
     metrics = {"claims": records, "evidence": {**EV.model_dump(), "seed": 11}}
     assert recompute(metrics, root=tmp_path) == records
+
+
+def test_one_cluster_cannot_carry_an_interval(tmp_path) -> None:
+    """One teacher (the smoke grid): the claim says it is not tested, whatever the draws show."""
+    table = unit_table([{"arm": a, "cluster": 0, "unit": d, "value": v} for d in range(3) for a, v in (("m", 1.0), ("b", 0.0))])
+    spec = ClaimSpec(id="x", statement="x", table="t", metric="m", method="m", baseline="b", unit="draw", cluster="teacher")
+    records = evaluate_claims([spec], {"t": table}, [], EV, seed=0, track="x")
+    assert records[0]["verdict"] == "not tested: at least 2 independent teachers"
+    write_unit_tables("x", {"t": table}, root=tmp_path)
+    assert recompute({"claims": records, "evidence": {**EV.model_dump(), "seed": 0}}, root=tmp_path) == records
