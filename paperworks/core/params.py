@@ -222,14 +222,33 @@ def validate_all(path: Path | str = PARAMS_FILE) -> list[str]:
     return errors
 
 
-def main() -> int:
+STAMP_TEXT = "params.yaml passed paperworks.core.params\n"  # constant: its hash never changes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m paperworks.core.params [--stamp PATH]``: validate every section; exit 2 on errors.
+
+    With ``--stamp`` it also writes a small file of constant content after a pass. As the
+    output of a root DVC stage that every stage depends on, it makes DVC validate params
+    before it deletes any stage's outputs (DVC removes outputs before running a stage), and,
+    its content never changing, it reruns nothing downstream by itself.
+    """
+    import argparse
     import sys
 
-    errors = validate_all()
+    ap = argparse.ArgumentParser(description="Validate params.yaml (every track section and the global seed).")
+    ap.add_argument("--file", default=str(PARAMS_FILE), help="params file (default: params.yaml)")
+    ap.add_argument("--stamp", help="write this file after a pass (the output of a root DVC stage)")
+    args = ap.parse_args(argv)
+    errors = validate_all(args.file)
     if errors:
         print("\n".join(errors), file=sys.stderr)
         return 2
-    print("params.yaml: all sections valid")
+    if args.stamp:
+        from paperworks.core.io import write_text
+
+        write_text(args.stamp, STAMP_TEXT)
+    print(f"{args.file}: all sections valid")
     return 0
 
 
