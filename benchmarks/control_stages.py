@@ -65,8 +65,9 @@ def main() -> None:
             name = stage.name
             if args.reuse_teachers and name.startswith("control_teacher@"):
                 t = name.split("@")[1]
-                train = json.loads((repo / f"models/control/teacher_{t}/train.json").read_text())
-                rows.append((name, train["wall_s"], float("nan"), float("nan"), "(recorded)"))
+                recorded = ROOT / f"logs/control/teacher_{t}.json"  # written by the stage, outside its outputs
+                wall = json.loads(recorded.read_text())["wall_s"] if recorded.exists() else float("nan")
+                rows.append((name, wall, float("nan"), float("nan"), "(recorded)"))
                 continue
             wall, rss, cpu = run_child(stage.cmd, repo, env)
             rows.append((name, wall, rss, cpu, ""))

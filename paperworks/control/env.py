@@ -7,19 +7,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from paperworks.control.policies import MAX_TORQUE
+from paperworks.core.io import LOGS
 
 Policy = Callable[[np.ndarray], float]
+
+
+@lru_cache(maxsize=1)
+def route_mujoco_log() -> Path:
+    """Send MuJoCo's own log to ``logs/mujoco.log`` (ignored by git and DVC).
+
+    MuJoCo appends its warnings (an unstable simulation, a bad state) to MUJOCO_LOG.TXT in
+    the current directory, which for a stage is the work tree. Called before any env is made.
+    """
+    import mujoco
+
+    path = (LOGS / "mujoco.log").resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cfg = mujoco.MjLogConfig.get()
+    cfg.logfile = str(path)
+    cfg.set()
+    return path
 
 
 @lru_cache(maxsize=8)
 def make_env(env_id: str, reset_noise_scale: float | None = None):
     import gymnasium as gym
 
+    route_mujoco_log()
     try:
         kwargs = {} if reset_noise_scale is None else {"reset_noise_scale": reset_noise_scale}
         return gym.make(env_id, **kwargs).unwrapped

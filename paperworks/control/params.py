@@ -34,9 +34,9 @@ class TeacherParams(StrictModel):
     total_timesteps: int = Field(..., ge=100, le=2_000_000)
     learning_starts: int = Field(..., ge=1)
     learning_rate: float = Field(..., gt=0, le=1e-1)
-    net_arch: list[int] = Field(..., min_length=1)
+    net_arch: list[int] = Field(..., min_length=1, json_schema_extra={"repeats": True})  # layer sizes may repeat
     batch_size: int = Field(..., ge=1)
-    buffer_size: int = Field(..., ge=1000)
+    buffer_size: int = Field(..., ge=1000, le=10_000_000)  # SB3 preallocates it
     exploration_noise: float = Field(..., ge=0, le=1, description="std of Gaussian action noise, fraction of max torque")
     eval_every: int = Field(..., ge=100, description="env steps between deterministic evaluations")
     eval_episodes: int = Field(..., ge=1)
@@ -54,7 +54,7 @@ class TeacherParams(StrictModel):
 class RolloutParams(StrictModel):
     sigma: float = Field(..., ge=0, le=10, description="headline Gaussian action-noise std, torque units")
     sigma_sweep: list[float] = Field(..., min_length=1, description="noise levels collected (ablation); must include sigma")
-    steps_per_sigma: int = Field(..., ge=100, description="rows collected per noise level")
+    steps_per_sigma: int = Field(..., ge=100, le=10_000_000, description="rows collected per noise level")
     transient_steps: int = Field(..., ge=0, description="first steps of each episode that count as the initial transient")
     transient_weight: float = Field(..., ge=1, description="sample weight of transient rows")
 

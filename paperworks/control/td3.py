@@ -15,7 +15,7 @@ from typing import Callable
 
 import numpy as np
 
-from paperworks.control.env import run_episode
+from paperworks.control.env import route_mujoco_log, run_episode
 
 SOLVED_RETURN = 1000.0
 
@@ -56,6 +56,7 @@ def build_model(cfg: TD3Config, seed: int):
     from stable_baselines3 import TD3
     from stable_baselines3.common.noise import NormalActionNoise
 
+    route_mujoco_log()
     env = gym.make(cfg.env_id)
     noise = NormalActionNoise(np.zeros(1), cfg.exploration_noise * np.ones(1))  # SB3 adds it in [-1, 1] units
     if cfg.sb3_defaults:  # SB3's defaults have no exploration noise; we keep the same noise for both

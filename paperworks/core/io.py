@@ -32,8 +32,12 @@ def atomic_path(target: Path | str) -> Iterator[Path]:
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    for stale in target.parent.glob(f".{target.name}.tmp-*"):  # left by a killed earlier run
-        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+    # Left by a killed earlier run: a half-written temporary, or (killed between the two
+    # renames of a directory swap) the previous output moved aside. Either way the target
+    # itself is whole or absent, so the leftovers are garbage.
+    for pattern in (f".{target.name}.tmp-*", f".{target.name}.old-*"):
+        for stale in target.parent.glob(pattern):
+            shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
         yield tmp
@@ -49,6 +53,21 @@ def atomic_path(target: Path | str) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True) if tmp.is_dir() else tmp.unlink()
+
+
+LOGS = Path("logs")
+
+
+def write_run_log(name: str, record: Mapping[str, Any]) -> Path:
+    """Write what a run measured about the machine (wall times) to ``logs/<name>.json``.
+
+    Tracked outputs must be the same bytes for the same params and seed, or every rerun
+    changes their hash and reruns everything downstream; timings go here instead. ``logs/``
+    is ignored by git and DVC.
+    """
+    path = LOGS / f"{name}.json"
+    write_json(path, record)
+    return path
 
 
 def _json_default(obj: Any) -> Any:
@@ -133,11 +152,41 @@ def read_parquet(path: Path | str, schema=None):
 
 
 def save_safetensors(path: Path | str, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None = None) -> None:
+    """Write a checkpoint whose bytes depend only on its tensors and metadata.
+
+    safetensors serialises ``__metadata__`` from a Rust ``HashMap``, so its key order (and
+    the file's hash) changes from one process to the next; the header is rewritten with the
+    metadata keys sorted (tensor entries keep the library's own, deterministic order).
+    """
     from safetensors.torch import save_file
 
     tensors = {k: v.detach().contiguous().cpu() for k, v in tensors.items()}
     with atomic_path(path) as tmp:
-        save_file(tensors, str(tmp), metadata=dict(metadata or {}))
+        raw = tmp.with_name(tmp.name + ".raw")  # `.<name>.tmp-*`: swept like the temporary itself
+        try:
+            save_file(tensors, str(raw), metadata=dict(metadata or {}))
+            _write_sorted_header(raw, tmp)
+        finally:
+            raw.unlink(missing_ok=True)
+
+
+def _write_sorted_header(src: Path, dest: Path) -> None:
+    """Copy a safetensors file with its ``__metadata__`` keys in sorted order.
+
+    Layout: 8-byte little-endian header length N, N bytes of JSON (space-padded so the
+    data starts 8-byte aligned), then the tensor data, whose offsets are relative to the
+    data start and so do not move when the header is rewritten.
+    """
+    with src.open("rb") as fin, dest.open("wb") as fout:
+        n = int.from_bytes(fin.read(8), "little")
+        header = json.loads(fin.read(n))
+        if "__metadata__" in header:
+            header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        text += b" " * (-len(text) % 8)
+        fout.write(len(text).to_bytes(8, "little"))
+        fout.write(text)
+        shutil.copyfileobj(fin, fout)
 
 
 def load_safetensors(path: Path | str, expected_shapes: Mapping[str, tuple[int, ...]] | None = None):

@@ -5,9 +5,10 @@ wrong loss name or an out-of-range count fails with the key path and the allowed
 """
 from __future__ import annotations
 
+import posixpath
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from paperworks.core.params import StrictModel
 
@@ -56,9 +57,9 @@ class FirstStageParams(StrictModel):
     rrf_k: int = Field(ge=1, le=1000)  # reciprocal-rank-fusion constant for BM25 + bi-encoder
     recall_ks: list[int] = [5, 10, 20, 50]
     relevant_grade: int = Field(ge=1, le=3)  # a list must hold a candidate with this grade
-    train_lists: int = Field(ge=2)
-    val_lists: int = Field(ge=2)
-    test_lists: int = Field(ge=2)
+    train_lists: int = Field(ge=2, le=1_000_000)
+    val_lists: int = Field(ge=2, le=1_000_000)
+    test_lists: int = Field(ge=2, le=1_000_000)
 
 
 class TrainParams(StrictModel):
@@ -76,6 +77,27 @@ class GridParams(StrictModel):
     freezes: list[FreezeName]
 
 
+SERVER_SCHEMES = ("postgresql", "mysql")  # Optuna's RDB servers; a study shared by workers lives there
+
+
+def check_storage(url: str) -> str:
+    """An Optuna storage URL: a SQLite file inside the project (relative path, no ``..``
+    out of it), or an explicit database server URL. Anything else could write outside the
+    work tree (``sqlite:///../escape/optuna.db``, ``sqlite:////tmp/x.db``)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.split("+")[0] in SERVER_SCHEMES:
+        return url
+    if scheme != "sqlite" or not rest.startswith("/"):
+        raise ValueError(f"must be sqlite:///<path inside the project> or a server URL "
+                         f"({', '.join(s + '://…' for s in SERVER_SCHEMES)}), got '{url}'")
+    path = rest[1:].split("?")[0]
+    normal = posixpath.normpath(path) if path else ""
+    if not path or path == ":memory:" or path.startswith("/") or normal == ".." or normal.startswith("../"):
+        raise ValueError(f"the SQLite file must be a relative path inside the project, got '{path}' "
+                         f"(e.g. sqlite:///data/insurance/optuna/optuna.db)")
+    return url
+
+
 class TuneParams(StrictModel):
     top_k: int = Field(ge=1, le=18)
     n_trials: int = Field(ge=1, le=1000)
@@ -85,8 +107,26 @@ class TuneParams(StrictModel):
     epochs_range: tuple[int, int]
     warmup_range: tuple[float, float]
     list_size_range: tuple[int, int]
-    heartbeat_s: int = Field(ge=1)  # a RUNNING trial without heartbeat for grace_s is marked failed
-    grace_s: int = Field(ge=1)
+    heartbeat_s: int = Field(ge=1, le=3600)  # a RUNNING trial without heartbeat for grace_s is marked failed
+    grace_s: int = Field(ge=1, le=86_400)
+
+    @field_validator("storage")
+    @classmethod
+    def _storage_in_project(cls, url: str) -> str:
+        return check_storage(url)
+
+    @model_validator(mode="after")
+    def _ranges(self) -> "TuneParams":
+        # each search range is (low, high) inside what TrainParams accepts for that value
+        limits = {"lr_range": (0.0, 1e-2), "epochs_range": (1, 100), "warmup_range": (0.0, 0.5),
+                  "list_size_range": (2, 100)}
+        for name, (floor, ceiling) in limits.items():
+            lo, hi = getattr(self, name)
+            if not lo <= hi:
+                raise ValueError(f"{name} must be (low, high) with low <= high, got ({lo}, {hi})")
+            if not (floor < lo if name == "lr_range" else floor <= lo) or hi > ceiling:
+                raise ValueError(f"{name} must lie within {'(' if name == 'lr_range' else '['}{floor}, {ceiling}], got ({lo}, {hi})")
+        return self
 
 
 class SeedsParams(StrictModel):

@@ -14,7 +14,7 @@ View = Literal["full", "structured", "appearance", "action", "object", "scene"]
 class DataParams(StrictModel):
     width: int = Field(48, ge=16, le=128)
     height: int = Field(64, ge=16, le=128)
-    n_train_families: int = Field(ge=4)
+    n_train_families: int = Field(ge=4, le=10_000)  # 10k families × 8 renders ≈ 0.7 GiB of images
     family_size: int = Field(8, ge=2, le=24)  # base + hard single-edit variants
     n_targets: int = Field(ge=8, le=1978)  # queries; PAB has 1,978
     distractor_ratio: float = Field(34795 / 1978, gt=0, le=40)  # PAB: 34,795 distractors / 1,978 targets

@@ -14,16 +14,16 @@ MethodName = Literal["grpo", "opsd", "trace", "mapd"]
 
 
 class PoolSizes(StrictModel):
-    warm: int = Field(ge=1, description="questions per set for the warm-start demonstrations")
-    online: int = Field(ge=1, description="questions per set for online training")
-    test: int = Field(ge=1, description="held-out questions per set")
+    warm: int = Field(ge=1, le=1_000_000, description="questions per set for the warm-start demonstrations")
+    online: int = Field(ge=1, le=1_000_000, description="questions per set for online training")
+    test: int = Field(ge=1, le=1_000_000, description="held-out questions per set")
 
 
 class WorldParams(StrictModel):
-    n_persons: int = Field(ge=12)
-    n_orgs: int = Field(ge=4)
-    n_cities: int = Field(ge=3)
-    n_collisions: int = Field(ge=0)
+    n_persons: int = Field(ge=12, le=1_000_000)  # the world and its documents live in memory
+    n_orgs: int = Field(ge=4, le=100_000)
+    n_cities: int = Field(ge=3, le=100_000)
+    n_collisions: int = Field(ge=0, le=1_000_000)
     doc_forms: int = Field(1, ge=1, le=3, description="relation words a fact's document may use, drawn per fact "
                                                       "(1: always the canonical word)")
     questions: PoolSizes

@@ -15,10 +15,10 @@ class DataParams(StrictModel):
     add_digits: int = Field(3, ge=1, le=6, description="digits per operand of the addition family")
     sum_terms: int = Field(4, ge=2, le=6, description="terms of the multi-solution sum family")
     prog_ops: int = Field(3, ge=1, le=6, description="statements of the tiny-program family")
-    n_sft: int = Field(3000, ge=10, description="worked solutions for the base SFT (the 'small share')")
+    n_sft: int = Field(3000, ge=10, le=1_000_000, description="worked solutions for the base SFT (the 'small share')")
     sft_privileged_share: float = Field(0.5, ge=0.0, le=1.0, description="share of SFT examples in the privileged format")
-    n_train_prompts: int = Field(3000, ge=10, description="prompt pool for on-policy training")
-    n_test_per_family: int = Field(200, ge=4, description="held-out test prompts per family")
+    n_train_prompts: int = Field(3000, ge=10, le=1_000_000, description="prompt pool for on-policy training")
+    n_test_per_family: int = Field(200, ge=4, le=100_000, description="held-out test prompts per family")
 
 
 class BaseParams(StrictModel):

@@ -7,7 +7,7 @@ from paperworks.control.layout import live_dir, teacher_dir
 from paperworks.control.params import Params
 from paperworks.control.policies import export_sb3
 from paperworks.control.td3 import TD3Config, train_td3
-from paperworks.core.io import atomic_path, write_json
+from paperworks.core.io import atomic_path, write_json, write_run_log
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
@@ -53,10 +53,12 @@ def main() -> None:
         meta = {"env": p.env.id, "net_arch": ",".join(map(str, cfg.net_arch)), "seed": str(seed)}
         export_sb3(res.model, model_tmp / "actor.safetensors", model_tmp / "critic.safetensors", meta)
         write_json(model_tmp / "train.json", {
-            "teacher": args.teacher, "seed": seed, "env_steps": res.env_steps, "wall_s": res.wall_s,
+            "teacher": args.teacher, "seed": seed, "env_steps": res.env_steps,
             "steps_to_solved": res.steps_to_solved, "curve": res.curve,
             "final_eval_return": res.curve[-1]["eval_return"] if res.curve else None,
         })
+    # the wall time differs per run: outside the tracked output, so reruns keep its hash
+    write_run_log(f"control/teacher_{args.teacher}", {"wall_s": res.wall_s, "env_steps": res.env_steps})
 
 
 if __name__ == "__main__":

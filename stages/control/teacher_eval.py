@@ -28,7 +28,6 @@ def main() -> None:
     rseeds = robust_seeds(g, e.episodes)
     write_json(teacher_eval_path(args.teacher), {
         "teacher": args.teacher, "steps_to_solved": train.get("steps_to_solved"), "train_env_steps": train.get("env_steps"),
-        "train_wall_s": train.get("wall_s"),
         "nominal": behaviour(nominal, None, dt, e.deadband, e.steady_from, T),
         "reset_noise": behaviour(run_episodes(actor, env_id, rseeds, T, reset_noise_scale=e.reset_noise_scale),
                                  None, dt, e.deadband, e.steady_from, T),

@@ -7,7 +7,7 @@ import time
 
 from dvclive import Live
 
-from paperworks.core.io import write_json, write_parquet
+from paperworks.core.io import write_json, write_parquet, write_run_log
 from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
@@ -63,10 +63,11 @@ def main() -> None:
     write_parquet(out / "ft_test.parquet", ft_test, schema)
     write_json(out / "record.json", {
         "config": name, "backbone": args.backbone, "loss": args.loss, "freeze": args.freeze, **record,
-        "train_seconds": train_s, "train_pairs": int(sum(min(len(d), cfg.train_list_size) for d in train["docs"]) * cfg.epochs),
+        "train_pairs": int(sum(min(len(d), cfg.train_list_size) for d in train["docs"]) * cfg.epochs),
         "val_ndcg@3": float(ft_val["ndcg@3"].mean()),
         "test_ndcg@3": float(ft_test["ndcg@3"].mean()), "base_test_ndcg@3": float(base_test["ndcg@3"].mean()),
     })
+    write_run_log(f"insurance/train_{name}", {"train_seconds": train_s})  # per-machine: kept out of record.json
     log.info("%s: val NDCG@3 %.4f, test NDCG@3 %.4f (base %.4f)", name, ft_val["ndcg@3"].mean(), ft_test["ndcg@3"].mean(), base_test["ndcg@3"].mean())
 
 
