@@ -97,3 +97,20 @@ def test_a_valid_change_elsewhere_reruns_nothing_through_the_gate(tmp_path: Path
     out = sh([str(VENV_BIN / "dvc"), "repro"], repo).stdout
     assert "Running stage 'params_check'" in out and "Running stage 'control_use'" not in out
     assert (repo / "checked/params.ok").read_text() == STAMP_TEXT
+
+
+def test_every_stage_of_the_project_waits_for_the_params_check() -> None:
+    """The gate is wired into the real dvc.yaml: every stage depends on its stamp, and the check
+    stage depends on every params model it imports (they are found dynamically, so the import
+    closure test cannot see them)."""
+    from paperworks.core.params import CORE_SECTIONS, track_models
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    check = stages.pop("params_check")
+    assert check["outs"] == ["data/params_check.ok"] and "params.yaml" in check["deps"]
+    for track in track_models():
+        assert f"paperworks/{track}/params.py" in check["deps"], track
+    for ref in CORE_SECTIONS.values():
+        assert ref.split(":")[0].replace(".", "/") + ".py" in check["deps"]
+    missing = [name for name, st in stages.items() if "data/params_check.ok" not in st.get("deps", [])]
+    assert missing == [], f"stages that do not wait for params_check: {missing}"
