@@ -8,7 +8,7 @@ from scipy import special
 from paperworks.core.adaptive import (
     StoppingRule, check_stop, choose_threshold, confidence_signals, expected_calibration_error, fit_temperature,
     exact_interval_fn, level_of, nll, random_exit_mask, reliability_bins, run_sequential, threshold_sweep,
-    wilson_interval_fn,
+    t_interval_fn, wilson_interval_fn,
 )
 
 
@@ -173,3 +173,4 @@ def test_t_interval_rule_on_continuous_scores():
     assert len(stopped) >= 80 and all(d.level == 1 for d in stopped)  # 2.6 lies in [2, 3)
     # identical values give no spread estimate: never stop on them before the cap
     assert check_stop(rule, np.full(10, 2.5)).reason == "continue"
+    assert t_interval_fn(np.full(10, 2.5), 0.95) == (2.5, -math.inf, math.inf)
