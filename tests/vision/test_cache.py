@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from paperworks.core.io import ArtifactError
-from paperworks.core.vision import EmbeddingCache, PatchifyEncoder2D, content_hash, encode_batched
+from paperworks.core.vision import EmbeddingCache, PatchifyEncoder2D, content_hash, encode_batched, frames_to_tensor
 
 
 def test_content_hash_is_stable_and_sensitive():
@@ -99,3 +99,7 @@ def test_encode_batched_matches_one_pass_and_keeps_mode():
     assert enc.training and out.shape == (10, 64)
     with torch.no_grad():
         assert torch.allclose(out, enc.eval()(x), atol=1e-6)
+    frames = np.random.default_rng(0).integers(0, 256, size=(7, 32, 32, 3), dtype=np.uint8)
+    lazy = encode_batched(enc, frames, batch_size=4, prepare=frames_to_tensor)
+    with torch.no_grad():
+        assert torch.allclose(lazy, enc(frames_to_tensor(frames)), atol=1e-6)

@@ -14,7 +14,9 @@ def test_2d_shapes():
     enc = PatchifyEncoder2D()
     x = torch.rand(5, 3, 64, 64)
     assert enc(x).shape == (5, 64)
-    assert enc.forward_features(x).shape == (5, 64, 8, 8)  # 64 / 4 = 16, stride 1, stride 2
+    assert enc.forward_features(x).shape == (5, 64, 4, 4)  # 64 / 4 = 16 → 8 → 4
+    fine = PatchifyEncoder2D(EncoderConfig(strides=(1, 2)))
+    assert fine.forward_features(x).shape == (5, 64, 8, 8) and fine(x).shape == (5, 64)
     assert enc(torch.rand(2, 3, 32, 32)).shape == (2, 64)
     small = PatchifyEncoder2D(EncoderConfig(widths=(8, 16), strides=(2,), embed_dim=10))
     assert small(x).shape == (5, 10) and small.forward_features(x).shape == (5, 16, 8, 8)

@@ -113,12 +113,21 @@ class EmbeddingCache:
 
 
 @torch.no_grad()
-def encode_batched(encoder: nn.Module, inputs: torch.Tensor, batch_size: int = 256) -> torch.Tensor:
-    """Run ``encoder`` in eval mode over ``inputs`` in batches; float32 ``N × embed_dim``."""
+def encode_batched(encoder: nn.Module, inputs: np.ndarray | torch.Tensor, batch_size: int = 256,
+                   prepare: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+    """Run ``encoder`` in eval mode over ``inputs`` in batches; float32 ``N × embed_dim``.
+
+    ``prepare`` (e.g. ``frames_to_tensor``) converts one batch at a time, so uint8 frames are
+    never all held as float (141k 64 × 64 frames would be 7 GB as float32).
+    """
     was_training = encoder.training
     encoder.eval()
+    inputs = torch.as_tensor(inputs)
     try:
-        outs = [encoder(inputs[i: i + batch_size]) for i in range(0, len(inputs), batch_size)]
+        outs = []
+        for i in range(0, len(inputs), batch_size):
+            batch = inputs[i: i + batch_size]
+            outs.append(encoder(prepare(batch) if prepare is not None else batch))
     finally:
         encoder.train(was_training)
     return torch.cat(outs) if outs else torch.empty(0, getattr(encoder, "embed_dim", 0))
