@@ -19,6 +19,7 @@ agent's sequential sampling, encoder fusion's abstention):
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Literal
 
@@ -89,8 +90,11 @@ def fit_temperature(logits: np.ndarray, labels: np.ndarray, bounds: tuple[float,
     labels = np.asarray(labels)
     if logits.ndim != 2 or len(logits) != len(labels) or len(labels) == 0:
         raise ValueError(f"logits {logits.shape} and labels {labels.shape} do not match (need N × K and N, N ≥ 1)")
-    res = optimize.minimize_scalar(lambda beta: nll(logits, labels, 1.0 / beta), bounds=(1.0 / bounds[1], 1.0 / bounds[0]),
+    lo, hi = 1.0 / bounds[1], 1.0 / bounds[0]
+    res = optimize.minimize_scalar(lambda beta: nll(logits, labels, 1.0 / beta), bounds=(lo, hi),
                                    method="bounded", options={"xatol": 1e-6})
+    if min(res.x - lo, hi - res.x) < 1e-4 * hi:  # e.g. logits that carry no information about the labels
+        warnings.warn(f"fitted temperature {1.0 / res.x:.3g} sits at a bound of {bounds}", RuntimeWarning, stacklevel=2)
     return float(1.0 / res.x)
 
 

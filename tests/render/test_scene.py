@@ -199,3 +199,26 @@ def test_textured_style_keeps_colours_recognisable():
     mean = img[labels == 0].astype(float).mean(axis=0)
     nearest = min(PALETTE, key=lambda c: np.sum((np.asarray(PALETTE[c]) - mean) ** 2))
     assert nearest == "orange" and truth.objects[0].colour == "orange"
+
+
+def test_bad_render_requests_fail_clearly():
+    scene = Scene(scripted())
+    with pytest.raises(IndexError, match="frame 60 outside 0..59"):
+        scene.frame(60)
+    with pytest.raises(ValueError, match="domain"):
+        scene.frame(0, domain="cartoon")
+    with pytest.raises(ValueError, match="too small"):
+        Scene(scripted(), height=4, width=4)
+    with pytest.raises(ValueError, match="too small for a shape"):
+        random_scene(0, ScriptConfig(cols=4, rows=4, n_frames=200, n_events=4))
+
+
+def test_any_resolution_keeps_the_layout():
+    """A spec is resolution-free: at 128 × 128 the same objects sit at the same relative places."""
+    spec = scripted()
+    small, big = Scene(spec).truth(31), Scene(spec, 128, 128).truth(31)
+    for a, b in zip(small.objects, big.objects):
+        assert (a.visible, a.room, a.colour) == (b.visible, b.room, b.colour)
+        if a.box is not None:
+            assert np.allclose(np.asarray(b.box) / 2, a.box, atol=1.0)
+            assert b.pixels == pytest.approx(4 * a.pixels, rel=0.15)
