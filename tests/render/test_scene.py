@@ -222,3 +222,27 @@ def test_any_resolution_keeps_the_layout():
         if a.box is not None:
             assert np.allclose(np.asarray(b.box) / 2, a.box, atol=1.0)
             assert b.pixels == pytest.approx(4 * a.pixels, rel=0.15)
+
+
+def test_event_records_agree_with_the_rendered_truth():
+    spec = random_scene(11, ScriptConfig(n_frames=500, n_events=14, cols=2, rows=2))
+    scene = Scene(spec)
+    rows = scene.event_records()
+    assert [r["event"] for r in rows] == sorted(range(len(spec.events)), key=lambda i: spec.events[i].start)
+    assert {r["kind"] for r in rows} >= {"move", "change_colour", "flash"}
+    for r in rows:
+        during = scene.truth(r["start"]).objects[r["obj"]]
+        assert during.colour == r["colour_during"] and r["event"] in scene.truth(r["start"]).active_events
+        if r["start"] > 0:
+            before = scene.truth(r["start"] - 1).objects[r["obj"]]
+            assert (before.colour, before.room, before.visible) == (r["colour_before"], r["room_before"], r["visible_before"])
+        if r["end"] < spec.n_frames:
+            after = scene.truth(r["end"]).objects[r["obj"]]
+            assert (after.colour, after.room, after.visible) == (r["colour_after"], r["room_after"], r["visible_after"])
+        if r["kind"] == "flash":
+            assert r["colour_during"] != r["colour_before"] == r["colour_after"]
+        if r["kind"] == "cross_door":
+            assert r["room_before"] != r["room_after"] and r["door"] >= 0
+        if r["kind"] in ("enter", "leave"):
+            assert r["visible_before"] == (r["kind"] == "leave") != r["visible_after"]
+        assert r["start_s"] == r["start"] / spec.fps

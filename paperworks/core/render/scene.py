@@ -351,6 +351,10 @@ class Scene:
         """The object's state at frame ``t`` and the indices of its events active then."""
         if not 0 <= t < self.spec.n_frames:
             raise IndexError(f"frame {t} outside 0..{self.spec.n_frames - 1}")
+        return self._state_at(obj, t)
+
+    def _state_at(self, obj: int, t: int) -> tuple[ObjectState, list[int]]:
+        # No bounds check: t = −1 is the initial state, t = n_frames the state after the last frame.
         o = self.spec.objects[obj]
         visible, x, y, colour = o.visible, o.x, o.y, o.colour
         active: list[int] = []
@@ -379,6 +383,31 @@ class Scene:
                     else:
                         x, y = dx + (2 * p - 1) * (e.to[0] - dx), dy + (2 * p - 1) * (e.to[1] - dy)
         return ObjectState(visible, x, y, colour), active
+
+    def event_records(self) -> list[dict]:
+        """One row per event in time order, with the object's state just before, during and after it.
+
+        Keys: ``event`` (index into ``spec.events``), ``kind``, ``obj``, ``shape``, ``size``, ``start``,
+        ``end`` (frames), ``start_s``, ``end_s`` (seconds), ``colour_before``/``colour_during``/``colour_after``,
+        ``room_before``/``room_after``, ``visible_before``/``visible_after``, ``door`` (−1 if none).
+        The material for question generation (what flashed, who entered, which came first, how many).
+        """
+        lay, fps = self.spec.layout, self.spec.fps
+        rows = []
+        for i, e in sorted(enumerate(self.spec.events), key=lambda ie: (ie[1].start, ie[0])):
+            before, _ = self._state_at(e.obj, e.start - 1)
+            during, _ = self._state_at(e.obj, e.start)
+            after, _ = self._state_at(e.obj, e.end)
+            o = self.spec.objects[e.obj]
+            rows.append({
+                "event": i, "kind": e.kind, "obj": e.obj, "shape": o.shape, "size": o.size,
+                "start": e.start, "end": e.end, "start_s": e.start / fps, "end_s": e.end / fps,
+                "colour_before": before.colour, "colour_during": during.colour, "colour_after": after.colour,
+                "room_before": lay.room_at(before.x, before.y), "room_after": lay.room_at(after.x, after.y),
+                "visible_before": before.visible, "visible_after": after.visible,
+                "door": -1 if e.door is None else e.door,
+            })
+        return rows
 
     def active_events(self, t: int) -> tuple[int, ...]:
         return tuple(i for i, e in enumerate(self.spec.events) if e.start <= t < e.end)
