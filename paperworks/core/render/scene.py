@@ -493,17 +493,21 @@ def render_frame(spec: SceneSpec, t: int = 0, height: int = 64, width: int = 64,
     return Scene(spec, height, width).frame(t, domain)
 
 
+def _centres_hold(ax: float, ay: float, bx: float, by: float, relation: str, margin: float) -> bool:
+    if relation == "left of":
+        return ax < bx - margin
+    if relation == "right of":
+        return ax > bx + margin
+    if relation == "above":
+        return ay < by - margin
+    if relation == "below":
+        return ay > by + margin
+    raise ValueError(f"unknown relation {relation!r} (allowed: {', '.join(RELATIONS)})")
+
+
 def relation_holds(a: ObjectTruth, b: ObjectTruth, relation: str, margin: float = 0.05) -> bool:
     """Whether ``a`` is ``relation`` ``b`` by their centres, with a normalised ``margin``."""
-    if relation == "left of":
-        return a.x < b.x - margin
-    if relation == "right of":
-        return a.x > b.x + margin
-    if relation == "above":
-        return a.y < b.y - margin
-    if relation == "below":
-        return a.y > b.y + margin
-    raise ValueError(f"unknown relation {relation!r} (allowed: {', '.join(RELATIONS)})")
+    return _centres_hold(a.x, a.y, b.x, b.y, relation, margin)
 
 
 # ---------------------------------------------------------------- random scripted videos
@@ -699,8 +703,8 @@ def realise(prompt: ScenePrompt, seed: int, max_tries: int = 500) -> SceneSpec:
         first = {}
         for j, (i, _) in enumerate(kinds):
             first.setdefault(i, j)
-        as_truth = [ObjectTruth(j, "", "", "", True, x, y, 0, None, 0) for j, (x, y, _) in enumerate(placed)]
-        if all(relation_holds(as_truth[first[r.subject]], as_truth[first[r.object]], r.relation) for r in prompt.relations):
+        if all(_centres_hold(*placed[first[r.subject]][:2], *placed[first[r.object]][:2], r.relation, 0.05)
+               for r in prompt.relations):
             objects = tuple(SceneObject(shape=it.shape, colour=it.colour, size=it.size, x=x, y=y)
                             for (_, it), (x, y, _) in zip(kinds, placed))
             return SceneSpec(layout=layout, objects=objects, n_frames=1, style=prompt.style, seed=seed)
