@@ -39,11 +39,14 @@ def open_study(name: str, storage_url: str, seed: int, heartbeat_s: int = 60, gr
 
 
 def run_study(study: optuna.Study, objective: Callable[[optuna.Trial], float], n_trials: int) -> optuna.Study:
-    """Run until ``n_trials`` trials have finished (complete or pruned); failed ones are retried."""
+    """Run until ``n_trials`` trials of the study have finished (complete or pruned); failed ones are
+    retried. Several workers may share the study (PostgreSQL): each stops once the study as a whole
+    has ``n_trials`` finished, so the total overshoots by at most one trial in flight per extra worker."""
     done = sum(t.state in FINISHED for t in study.trials)
     remaining = max(0, n_trials - done)
     if remaining:
-        study.optimize(objective, n_trials=remaining, catch=(Exception,), gc_after_trial=True)
+        study.optimize(objective, n_trials=remaining, catch=(Exception,), gc_after_trial=True,
+                       callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=FINISHED)])
     return study
 
 
