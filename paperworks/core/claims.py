@@ -392,7 +392,10 @@ def read_unit_table(path: Path | str) -> pd.DataFrame:
 
 
 def recompute(metrics: dict, root: Path | str = ".") -> list[dict]:
-    """Redo every claim of one metrics file from its committed per-unit tables."""
+    """Redo every claim of one metrics file from its committed per-unit tables (returned as the
+    metrics file stores them: an unbounded interval side is null)."""
+    from paperworks.core.io import as_json
+
     ev_raw = dict(metrics["evidence"])
     seed = ev_raw.pop("seed")
     ev_raw.pop("small_sample_clusters", None)
@@ -405,7 +408,7 @@ def recompute(metrics: dict, root: Path | str = ".") -> list[dict]:
         else:
             table = read_unit_table(Path(root) / r["table"])
             records.append(measure_claim(spec, table, r["preconditions"], ev, seed, r["table"]))
-    return adjust_and_decide(records, ev)
+    return as_json(adjust_and_decide(records, ev))
 
 
 # ------------------------------------------------------------------ the record's own check

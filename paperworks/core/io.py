@@ -93,9 +93,13 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def as_json(obj: Any) -> Any:
+    """``obj`` as :func:`write_json` stores it (numpy scalars as numbers, NaN/inf as null)."""
+    return _finite(json.loads(json.dumps(obj, default=_json_default)))
+
+
 def write_json(path: Path | str, obj: Any) -> None:
-    text = json.dumps(_finite(json.loads(json.dumps(obj, default=_json_default))), indent=2, sort_keys=True)
-    write_text(path, text + "\n")
+    write_text(path, json.dumps(as_json(obj), indent=2, sort_keys=True) + "\n")
 
 
 def read_json(path: Path | str) -> Any:

@@ -151,7 +151,7 @@ def recompute_all(metrics_dir: Path | str = "metrics", root: Path | str = ".") -
         metrics = json.loads(path.read_text())
         if not metrics.get("claims"):
             continue
-        fresh = json.loads(json.dumps(recompute(metrics, root), default=float))
+        fresh = recompute(metrics, root)
         stored = metrics["claims"]
         for new, old in zip(fresh, stored):
             for key in ("diff", "ci_low", "ci_high", "p_value", "p_holm", "verdict"):

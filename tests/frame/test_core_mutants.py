@@ -5,6 +5,8 @@ scikit-learn's ``ndcg_score``, AP@k written out by hand, Spearman as Pearson of 
 """
 from __future__ import annotations
 
+import copy
+
 import math
 from pathlib import Path
 
@@ -159,7 +161,9 @@ def test_load_safetensors_rejects_extra_tensors(tmp_path: Path) -> None:
 def test_validate_all_rejects_an_unknown_top_level_section(tmp_path: Path) -> None:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     track = sorted(track_models())[0]
-    params[track + "x"] = params[track]  # a typo'd track name: its settings would silently be ignored
+    # a typo'd track name: its settings would silently be ignored (a copy, not the same object:
+    # yaml would write a shared object as an alias, which params files refuse)
+    params[track + "x"] = copy.deepcopy(params[track])
     f = tmp_path / "params.yaml"
     f.write_text(yaml.safe_dump(params))
     errors = validate_all(f)
