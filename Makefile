@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test profile check report flow schedule bench clean-venv
+.PHONY: setup run test profile check report costs flow schedule bench clean-venv
 
 setup: $(VENV)/.installed
 
@@ -49,6 +49,10 @@ check: setup
 
 report: setup
 	$(PY) -m paperworks.core.report --recompute --readme README.md
+
+# Wall/CPU time, peak memory and load of the latest run of every stage, per track, with the critical path.
+costs: setup
+	$(PY) -m flows.costs
 
 # Run the DAG through Prefect (local ephemeral API, no server needed).
 flow: setup
