@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup run test profile check report costs flow schedule bench clean-venv
+.PHONY: setup run test profile check report costs push pull flow schedule bench clean-venv
 
 setup: $(VENV)/.installed
 
@@ -53,6 +53,14 @@ report: setup
 # Wall/CPU time, peak memory and load of the latest run of every stage, per track, with the critical path.
 costs: setup
 	$(PY) -m flows.costs
+
+# The shared artifact store (a DVC remote: $$PAPERWORKS_REMOTE, a directory or s3://…, ssh://…;
+# default ~/paperworks-dvc-store): push after a run, pull on a fresh clone instead of retraining.
+push: setup
+	$(PY) -m flows.store push
+
+pull: setup
+	$(PY) -m flows.store pull
 
 # Run the DAG through Prefect (local ephemeral API, no server needed).
 flow: setup

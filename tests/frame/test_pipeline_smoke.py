@@ -70,3 +70,25 @@ def test_tampered_output_is_detected_and_regenerated(smoke_repo: Path) -> None:
     dvc(smoke_repo, "repro", stage)
     assert _out_hashes(smoke_repo, stage) == before
     assert "up to date" in dvc(smoke_repo, "status", stage).stdout
+
+
+@pytest.mark.integration
+@pytest.mark.whole_dag
+def test_push_then_a_fresh_clone_pulls_instead_of_retraining(smoke_repo: Path, tmp_path: Path) -> None:
+    """The shared store round trip: push the smoke outputs to a directory remote, clone afresh,
+    pull; then nothing is stale, `dvc repro` has nothing to do, and the report rebuilds."""
+    dvc(smoke_repo, "repro")
+    run(["git", "add", "-A"], cwd=smoke_repo)
+    run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "smoke run"], cwd=smoke_repo)
+    remote = tmp_path / "store"
+    run([sys.executable, "-m", "flows.store", "push", "--remote", str(remote)], cwd=smoke_repo, timeout=900)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(smoke_repo), str(clone)], cwd=tmp_path)
+    assert not any((clone / "models").rglob("*.safetensors"))  # a fresh clone has no artifacts
+    run([sys.executable, "-m", "flows.store", "pull", "--remote", str(remote)], cwd=clone, timeout=900)
+    assert "up to date" in dvc(clone, "status").stdout
+    again = dvc(clone, "repro")
+    assert "Running stage" not in again.stdout, again.stdout[-2000:]
+    report = run([sys.executable, "-m", "paperworks.core.report", "--recompute", "--readme", "README.md"], cwd=clone)
+    assert "every interval and verdict identical" in report.stdout
+    assert "remote" not in (clone / ".dvc/config").read_text()  # the store is this machine's, never committed
