@@ -133,18 +133,6 @@ class KDACache:
         return self.state.numel() * self.state.element_size() + self.conv.numel() * self.conv.element_size()
 
 
-class HeadRMSNorm(nn.Module):
-    """RMSNorm over the last dim (shared weight across heads)."""
-
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-
 class KimiDeltaAttention(nn.Module):
     """KDA token mixer: short convs on q, k, v → L2 norm → gated delta rule → RMSNorm · sigmoid gate → out."""
 
@@ -164,7 +152,7 @@ class KimiDeltaAttention(nn.Module):
         self.b_proj = nn.Linear(hidden_size, num_heads, bias=False)
         self.g_down = nn.Linear(hidden_size, head_dim, bias=False)
         self.g_up = nn.Linear(head_dim, inner, bias=True)
-        self.o_norm = HeadRMSNorm(head_dim)
+        self.o_norm = nn.RMSNorm(head_dim, eps=1e-6)  # over the last dim: one weight shared by the heads
         self.o_proj = nn.Linear(inner, hidden_size, bias=False)
 
     def _gate_bias_init(self, n: int) -> torch.Tensor:

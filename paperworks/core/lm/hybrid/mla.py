@@ -14,7 +14,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from paperworks.core.lm.hybrid.kda import HeadRMSNorm
 
 
 class GrowingCache:
@@ -61,7 +60,7 @@ class GatedMLA(nn.Module):
         inner = num_heads * head_dim
         self.q_proj = nn.Linear(hidden_size, inner, bias=False)
         self.kv_down = nn.Linear(hidden_size, kv_rank, bias=False)
-        self.kv_norm = HeadRMSNorm(kv_rank)
+        self.kv_norm = nn.RMSNorm(kv_rank, eps=1e-6)
         self.k_up = nn.Linear(kv_rank, inner, bias=False)
         self.v_up = nn.Linear(kv_rank, inner, bias=False)
         self.gate_proj = nn.Linear(hidden_size, inner, bias=False)

@@ -88,16 +88,6 @@ class HybridOutput:
     stream_rms: torch.Tensor | None = None  # (2·layers + 1,) RMS of each sublayer's input (probe only)
 
 
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
-
-
 class HybridLM(nn.Module):
     def __init__(self, cfg: HybridLMConfig):
         super().__init__()
@@ -108,10 +98,10 @@ class HybridLM(nn.Module):
         self.mlps = nn.ModuleList([
             MoE(d, cfg.moe) if cfg.mlp == "moe" else SwiGLU(d, cfg.mlp_hidden) for _ in range(cfg.num_layers)
         ])
-        self.mixer_norms = nn.ModuleList([RMSNorm(d) for _ in range(cfg.num_layers)])
-        self.mlp_norms = nn.ModuleList([RMSNorm(d) for _ in range(cfg.num_layers)])
+        self.mixer_norms = nn.ModuleList([nn.RMSNorm(d, eps=1e-6) for _ in range(cfg.num_layers)])
+        self.mlp_norms = nn.ModuleList([nn.RMSNorm(d, eps=1e-6) for _ in range(cfg.num_layers)])
         self.stream = ResidualStream(d, 2 * cfg.num_layers, cfg.residual, cfg.attnres_blocks)
-        self.final_norm = RMSNorm(d)
+        self.final_norm = nn.RMSNorm(d, eps=1e-6)
         self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
         for m in self.modules():   # small normal init for projections; gates, norms, pseudo-queries keep theirs
             if isinstance(m, (nn.Linear, nn.Embedding)):
