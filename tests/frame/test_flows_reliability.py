@@ -94,18 +94,20 @@ def test_two_flows_with_different_params_take_turns(tmp_path: Path, prefect_api:
         except BaseException as e:  # noqa: BLE001 — reported by the asserts below
             outcome[name] = e
 
-    a = threading.Thread(target=run, args=("a", 13))
-    a.start()
-    wait_until(lambda: (root / "started").exists(), "flow A's stage started")
-    b = threading.Thread(target=run, args=("b", 14))
-    b.start()
+    a = threading.Thread(target=run, args=("a", 13), daemon=True)
+    b = threading.Thread(target=run, args=("b", 14), daemon=True)
     depth_in_params = lambda: yaml.safe_load((root / "params.yaml").read_text())["control"]["tree"]["max_depth"]  # noqa: E731
-    wait_until(lambda: any(h["state"] == "waiting" for h in holders(root)) or depth_in_params() == 14,
-               "flow B waits for the project lock (or rewrites params.yaml)")
-    assert depth_in_params() == 13, "flow B rewrote params.yaml while flow A's stage was running"
-    (root / "go").write_text("")
-    a.join(300)
-    b.join(300)
+    try:
+        a.start()
+        wait_until(lambda: (root / "started").exists(), "flow A's stage started")
+        b.start()
+        wait_until(lambda: any(h["state"] == "waiting" for h in holders(root)) or depth_in_params() == 14,
+                   "flow B waits for the project lock (or rewrites params.yaml)")
+        assert depth_in_params() == 13, "flow B rewrote params.yaml while flow A's stage was running"
+    finally:
+        (root / "go").write_text("")  # never leave a stage blocked
+        a.join(300)
+        b.join(300)
     assert isinstance(outcome["a"], list) and isinstance(outcome["b"], list), outcome
     built_with = int((root / "depth.txt").read_text())
     assert built_with == 14
@@ -178,10 +180,17 @@ def test_dvc_calls_wait_for_a_busy_path_and_keep_dvcs_message(tmp_path: Path) ->
         handler = Seen()
         logging.getLogger("paperworks.flows").addHandler(handler)
         result: dict[str, object] = {}
-        waiter = threading.Thread(target=lambda: result.update(stale=stale_stages(root)))
+        def check() -> None:
+            try:
+                result["stale"] = stale_stages(root)
+            except Exception as e:  # noqa: BLE001 — reported by the asserts
+                result["error"] = e
+
+        waiter = threading.Thread(target=check, daemon=True)
         try:
             waiter.start()
-            assert seen.wait(180), "the status call never reported DVC busy"
+            wait_until(lambda: seen.is_set() or not waiter.is_alive(), "the status call waits or ends")
+            assert seen.is_set(), f"the status call did not wait for the busy path: {result}"
             (root / "go").write_text("")
             waiter.join(180)
         finally:
