@@ -388,3 +388,52 @@ def test_experiment_of_one_track_is_saved(tmp_path: Path, prefect_api: str) -> N
     shown = json.loads(dvc(root, "exp", "show", "--json").stdout)
     names = {exp.get("name") for rev in shown for exp in (rev.get("experiments") or []) for exp in exp.get("revs", [])}
     assert "x-two" in names, shown
+
+
+def test_server_refuses_to_bind_beyond_loopback_without_auth(tmp_path: Path) -> None:
+    """`flows.schedule` (and anything using its `start_server`) never serves an open API."""
+    from flows.schedule import check_bind, start_server
+
+    with pytest.raises(SystemExit, match="PREFECT_SERVER_API_AUTH_STRING"):
+        start_server(4299, tmp_path / "home", host="0.0.0.0")
+    assert not (tmp_path / "home").exists()  # refused before anything started
+    check_bind("127.0.0.1", {})
+    check_bind("localhost", {})
+    check_bind("0.0.0.0", {"PREFECT_SERVER_API_AUTH_STRING": "paperworks:secret"})
+    with pytest.raises(SystemExit):
+        check_bind("192.168.1.5", {})
+
+
+@pytest.mark.integration
+def test_served_api_requires_basic_auth(tmp_path: Path, monkeypatch) -> None:
+    """The setting docs/orchestration.md gives (`PREFECT_SERVER_API_AUTH_STRING`) really closes
+    the API: no or wrong credentials get 401, the right ones 200."""
+    import base64
+    import socket
+    import urllib.error
+    import urllib.request
+
+    from flows.schedule import start_server, stop_server, wait_healthy
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", "paperworks:s3cret")
+    server = start_server(port, tmp_path / "home")
+    url = f"http://127.0.0.1:{port}/api/flow_runs/filter"
+
+    def status(auth: str | None) -> int:
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = "Basic " + base64.b64encode(auth.encode()).decode()
+        try:
+            with urllib.request.urlopen(urllib.request.Request(url, data=b"{}", headers=headers), timeout=10) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}/api", timeout=240)
+        assert [status(None), status("paperworks:wrong"), status("paperworks:s3cret")] == [401, 401, 200]
+    finally:
+        stop_server(server)
