@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     names = " ".join(sorted(changed))
     print("error: refusing to build the report: these outputs differ from dvc.lock (an interrupted run?)\n"
           + "\n".join(lines)
-          + f"\nRerun them (`dvc repro {names}`) or restore the recorded ones (`dvc checkout {names}`), then `make report`.",
+          + f"\nRerun them (`dvc repro {names}`) or restore the recorded outputs (`git checkout -- metrics plots` for the"
+          + f" git-tracked files, `dvc checkout {names}` for cached ones), then `make report`.",
           file=sys.stderr)
     return 1
 
