@@ -316,6 +316,7 @@ stages:
     cmd: python evaluate.py
     outs:
       - plots/toy.csv
+      - scores.txt
     metrics:
       - metrics/toy.json:
           cache: false
@@ -327,6 +328,7 @@ EVALUATE = """\
 import json, pathlib
 json.dump({"claims": []}, open("metrics/toy.json", "w"))
 pathlib.Path("plots/toy.csv").write_text("x,y\\n1,2\\n")
+pathlib.Path("scores.txt").write_text("1 2")
 """
 
 
@@ -339,6 +341,7 @@ def test_report_refuses_a_mixed_output_set(tmp_path: Path) -> None:
     ok = subprocess.run(guard, cwd=REPO, env=tool_env(), capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     (root / "data.txt").write_text("tampered")  # not read by the report
+    (root / "scores.txt").unlink()  # an evaluate stage's output the report does not read (absent in a fresh clone)
     assert subprocess.run(guard, cwd=REPO, env=tool_env(), capture_output=True, text=True).returncode == 0
     (root / "plots/toy.csv").unlink()
     (root / "metrics/toy.json").write_text('{"claims": [], "half": true}')
