@@ -240,6 +240,34 @@ def save_experiment(repo_root: Path, name: str, stages: list[str] | None, busy_t
 
 # --------------------------------------------------------------------------- the flow
 
+def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: Path, busy_timeout: float) -> dict[str, Any]:
+    """Submit each stage once the stages it depends on have completed; return stage → final state.
+
+    Stages below a failed one are never submitted (rather than submitted with ``wait_for`` and
+    left by Prefect as "NotReady", an ERROR line each): one failure is reported once.
+    """
+    from prefect.futures import as_completed
+
+    wanted = set(to_run)
+    running: dict[Any, str] = {}
+    states: dict[str, Any] = {}
+    blocked: set[str] = set()
+    while True:
+        for stage in to_run:
+            if stage in states or stage in blocked or stage in running.values():
+                continue
+            ups = [u for u in dag[stage] if u in wanted]
+            if any(u in blocked or (u in states and not states[u].is_completed()) for u in ups):
+                blocked.add(stage)
+            elif all(u in states for u in ups):
+                running[stage_task.submit(stage, str(root), busy_timeout)] = stage
+        if not running:
+            return states
+        finished = next(as_completed(list(running)))
+        finished.wait()
+        states[running.pop(finished)] = finished.state
+
+
 def build_flow(
     max_parallel: int = 2,
     retries: int = 1,
@@ -281,24 +309,19 @@ def build_flow(
                 logger.info("%d stages: %s", len(order), ", ".join(order))
                 to_run = stages_to_run(order, dag, stale_stages(root, dvc_busy_timeout))
                 logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
-                futures: dict[str, Any] = {}
-                for stage in to_run:
-                    upstream = [futures[u] for u in dag[stage] if u in futures]
-                    futures[stage] = stage_task.submit(stage, str(root), dvc_busy_timeout, wait_for=upstream)
+                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout)
                 results, failures = [], []
                 for s in order:
-                    if s not in futures:
+                    state = outcome.get(s)
+                    if s not in to_run:
                         results.append({"stage": s, "status": "up to date"})
-                        continue
-                    futures[s].wait()
-                    state = futures[s].state
-                    if state.is_completed():
-                        results.append(futures[s].result())
-                    elif state.is_failed() or state.is_crashed():
+                    elif state is None:
+                        results.append({"stage": s, "status": "not run (upstream failed)"})
+                    elif state.is_completed():
+                        results.append(state.result())
+                    else:
                         results.append({"stage": s, "status": "failed"})
                         failures.append(state.message or f"stage {s} failed")
-                    else:  # never started: an upstream stage failed
-                        results.append({"stage": s, "status": "not run (upstream failed)"})
                 for r in results:
                     logger.info("%-40s %s", r["stage"], r["status"])
                 if failures:
