@@ -232,6 +232,7 @@ QUIET_ENV_DROP = ("PREFECT_API_URL", "PREFECT_HOME", "PREFECT_SERVER_ANALYTICS_E
                   "DVC_NO_ANALYTICS", "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS")
 
 
+@pytest.mark.integration
 def test_bad_value_fails_once_is_not_retried_and_the_run_is_quiet(tmp_path: Path) -> None:
     """`python -m flows.pipeline --retries 3` as a user runs it (no telemetry variables, a fresh
     Prefect home, its own temporary API) on a stage whose wrapper exits 2 on a bad value: the
