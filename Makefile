@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 DVC := $(VENV)/bin/dvc
 # dvc.yaml commands call `python`: make it the venv's.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# Prefect: the project's own home (.prefect/, git-ignored), a startup timeout fit for a loaded
+# machine, analytics off. flows/__init__.py sets the same when Prefect is started without make.
+export PREFECT_HOME ?= $(abspath .prefect)
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 180
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export DVC_NO_ANALYTICS := 1
@@ -47,7 +51,9 @@ profile: setup
 check: setup
 	$(PY) -m paperworks.core.params
 
+# Refuses when an output under metrics/ or plots/ differs from dvc.lock (an interrupted run).
 report: setup
+	$(PY) -m flows.report_guard
 	$(PY) -m paperworks.core.report --recompute --readme README.md
 
 # Wall/CPU time, peak memory and load of the latest run of every stage, per track, with the critical path.

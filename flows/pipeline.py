@@ -3,14 +3,19 @@
 The DAG is read from ``dvc.yaml`` through DVC's own index (``Repo.index.graph``) —
 there is no second list of stages. Each stage runs as one Prefect task that shells
 out to ``dvc --wait-for-lock repro --single-item <stage>``, so DVC alone decides what
-is up to date and writes ``dvc.lock``; Prefect adds retries, per-stage logs,
-concurrency between independent stages, run history and metric artifacts.
+is up to date and writes ``dvc.lock``; Prefect adds retries of transient failures,
+per-stage logs, concurrency between independent stages, run history and metric artifacts.
+
+The flow works in the checkout its own code lives in (``repo_root`` is fixed when the flow
+is built, never a run parameter: whoever may start a run must not choose which ``dvc.yaml``
+the server's user executes). It holds the project lock (``flows.project_lock``) for the
+whole run: exclusive when it rewrites ``params.yaml`` or saves an experiment, shared otherwise.
 
 Run it locally (Prefect starts a temporary API, no server needed)::
 
     python -m flows.pipeline                         # the whole DAG
     python -m flows.pipeline --targets 'control_*'   # a track (and what it depends on)
-    python -m flows.pipeline --profile smoke -S control.tree.max_depth=5 --experiment depth5
+    python -m flows.pipeline --profile smoke -S control.tree.max_depth=5 --targets 'control_*' --experiment depth5
 """
 from __future__ import annotations
 
@@ -18,17 +23,26 @@ import argparse
 import contextlib
 import fnmatch
 import json
-import os
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+import flows  # noqa: F401  (project Prefect home, startup timeout, analytics off: before prefect loads)
+from flows.dvc_cli import DvcError, run_dvc
+from flows.project_lock import ProjectLockTimeout, project_lock
+
 import yaml
 from prefect import flow, get_run_logger, task
+from prefect.states import Completed, Failed
+
+# The checkout this file belongs to (not ``flows.PROJECT_ROOT``: a deployment loads this file
+# by path, and the ``flows`` package it imports may come from elsewhere on sys.path).
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 UP_TO_DATE_MARKER = "didn't change, skipping"
 RUN_CACHE_MARKER = "is cached - skipping run"
+STAGE_ERROR = "StageError"  # name of the Failed state of a stage command's own error: never retried
 
 
 # --------------------------------------------------------------------------- the DAG
@@ -81,11 +95,23 @@ def select_stages(dag: dict[str, list[str]], targets: list[str] | None) -> list[
     return order
 
 
-def stale_stages(repo_root: Path) -> set[str]:
-    """Stages that `dvc status` reports as changed (deps, params, outs, or never run)."""
-    proc = subprocess.run([dvc_executable(), "status", "--json"], cwd=repo_root, env=_tool_env(),
-                          capture_output=True, text=True, check=True)
-    return set(json.loads(proc.stdout or "{}"))
+def stale_stages(repo_root: Path, busy_timeout: float = 3600.0) -> set[str]:
+    """Stages that `dvc status` reports as changed (deps, params, outs, or never run).
+
+    Waits while another DVC process holds a path (see ``flows.dvc_cli``)."""
+    result = run_dvc(["status", "--json"], repo_root, busy_timeout=busy_timeout, logger=_logger())
+    return set(json.loads(result.stdout or "{}"))
+
+
+def _logger():
+    from prefect.exceptions import MissingContextError
+
+    try:
+        return get_run_logger()
+    except MissingContextError:
+        from flows.dvc_cli import log
+
+        return log
 
 
 def stages_to_run(order: list[str], dag: dict[str, list[str]], stale: set[str]) -> list[str]:
@@ -121,7 +147,8 @@ def set_param(params: dict[str, Any], assignment: str) -> None:
 
 
 def apply_params(repo_root: Path, profile: str | None, overrides: list[str]) -> None:
-    """Switch profile and apply overrides, then validate every section before any stage runs."""
+    """Switch profile and apply overrides; validate every section *before* ``params.yaml`` is
+    replaced, so a rejected value never stays in the file (and no stage output is touched)."""
     from paperworks.core.io import write_text
     from paperworks.core.params import ParamsError, validate_all
     from paperworks.core.profile import compose, render
@@ -130,47 +157,48 @@ def apply_params(repo_root: Path, profile: str | None, overrides: list[str]) -> 
     params = compose(profile, repo_root / "conf") if profile else yaml.safe_load(params_file.read_text())
     for assignment in overrides:
         set_param(params, assignment)
-    write_text(params_file, render(params))
-    errors = validate_all(params_file)
+    text = render(params)
+    scratch = repo_root / ".dvc" / "tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        candidate = Path(tmp) / "params.yaml"
+        candidate.write_text(text)
+        errors = validate_all(candidate)
     if errors:
-        raise ParamsError("\n".join(errors))
+        raise ParamsError("params.yaml left unchanged; the requested values are invalid:\n" + "\n".join(errors))
+    write_text(params_file, text)
 
 
 # --------------------------------------------------------------------------- tasks
 
-def dvc_executable() -> str:
-    local = Path(sys.executable).with_name("dvc")
-    return str(local) if local.exists() else "dvc"
-
-
-def _tool_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("TRANSFORMERS_OFFLINE", "1")
-    return env
-
-
 @task(name="dvc-stage", task_run_name="{stage}")
-def repro_stage(stage: str, repo_root: str) -> dict[str, str]:
-    """One DVC stage. DVC skips it when deps, params and outs are unchanged."""
+def repro_stage(stage: str, repo_root: str, busy_timeout: float = 3600.0):
+    """One DVC stage. DVC skips it when deps, params and outs are unchanged.
+
+    A stage command that ran and exited with an error (the stage wrapper's exit 2 for bad
+    params or a bad artifact, or an exception: stages are deterministic, so a rerun fails
+    the same way) ends the task as Failed with one message and is never retried. Only a
+    stage killed by a signal (OOM killer, preemption) or a DVC failure outside the stage
+    command raises, which Prefect retries.
+    """
     logger = get_run_logger()
-    cmd = [dvc_executable(), "--wait-for-lock", "repro", "--single-item", stage]
-    logger.info("$ %s", " ".join(cmd))
-    proc = subprocess.Popen(cmd, cwd=repo_root, env=_tool_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    assert proc.stdout is not None
-    for line in proc.stdout:  # stream the stage's own log into Prefect's run log
-        line = line.rstrip("\n")
-        lines.append(line)
-        if line.strip():
-            logger.info("%s", line)
-    rc = proc.wait()
-    if rc != 0:
-        raise RuntimeError(f"stage {stage} failed (exit {rc}):\n" + "\n".join(lines[-30:]))
-    text = "\n".join(lines)
+    logger.info("$ dvc --wait-for-lock repro --single-item %s", stage)
+    try:
+        result = run_dvc(["repro", "--single-item", stage], repo_root, on_line=lambda line: logger.info("%s", line),
+                         busy_timeout=busy_timeout, logger=logger)
+    except DvcError as e:
+        said = f": {e.last_output}" if e.last_output else ""
+        if e.stage_exit is not None and 0 < e.stage_exit < 128:
+            return Failed(name=STAGE_ERROR, message=f"stage {stage} failed, exit {e.stage_exit}, not retried{said}")
+        raise RuntimeError(f"stage {stage} failed{said}\n{e.message}") from None
+    text = result.stdout
     status = "up to date" if UP_TO_DATE_MARKER in text else "restored from run cache" if RUN_CACHE_MARKER in text else "ran"
     return {"stage": stage, "status": status}
+
+
+def is_transient(task, task_run, state) -> bool:
+    """Prefect's ``retry_condition_fn``: a stage command's own error is final (a rerun fails the same way)."""
+    return state.name != STAGE_ERROR
 
 
 def make_task_runner(max_parallel: int, dask_address: str | None = None, dask_workers: int | None = None):
@@ -203,7 +231,42 @@ def publish_metrics(repo_root: Path) -> None:
     create_markdown_artifact(key="paperworks-claims", markdown=results_table(repo_root / "metrics"), description="headline claims")
 
 
+def save_experiment(repo_root: Path, name: str, stages: list[str] | None, busy_timeout: float) -> None:
+    """``dvc exp save`` of this run. With targets, only the run's stages are cached: a plain
+    ``exp save`` commits every stage of ``dvc.lock`` and fails on outputs of tracks this run
+    did not touch ("output '…' does not exist")."""
+    run_dvc(["exp", "save", "--force", "-n", name, *(stages or [])], repo_root, busy_timeout=busy_timeout, logger=_logger())
+
+
 # --------------------------------------------------------------------------- the flow
+
+def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: Path, busy_timeout: float) -> dict[str, Any]:
+    """Submit each stage once the stages it depends on have completed; return stage → final state.
+
+    Stages below a failed one are never submitted (rather than submitted with ``wait_for`` and
+    left by Prefect as "NotReady", an ERROR line each): one failure is reported once.
+    """
+    from prefect.futures import as_completed
+
+    wanted = set(to_run)
+    running: dict[Any, str] = {}
+    states: dict[str, Any] = {}
+    blocked: set[str] = set()
+    while True:
+        for stage in to_run:
+            if stage in states or stage in blocked or stage in running.values():
+                continue
+            ups = [u for u in dag[stage] if u in wanted]
+            if any(u in blocked or (u in states and not states[u].is_completed()) for u in ups):
+                blocked.add(stage)
+            elif all(u in states for u in ups):
+                running[stage_task.submit(stage, str(root), busy_timeout)] = stage
+        if not running:
+            return states
+        finished = next(as_completed(list(running)))
+        finished.wait()
+        states[running.pop(finished)] = finished.state
+
 
 def build_flow(
     max_parallel: int = 2,
@@ -211,8 +274,14 @@ def build_flow(
     retry_delay_seconds: float = 10,
     dask_address: str | None = None,
     dask_workers: int | None = None,
+    repo_root: str | Path | None = None,
+    lock_timeout: float | None = None,
+    dvc_busy_timeout: float = 3600.0,
 ):
-    stage_task = repro_stage.with_options(retries=retries, retry_delay_seconds=retry_delay_seconds)
+    """The pipeline flow bound to one checkout (``repo_root``, default: this file's)."""
+    root = Path(repo_root).resolve() if repo_root is not None else REPO_ROOT
+    stage_task = repro_stage.with_options(retries=retries, retry_delay_seconds=retry_delay_seconds,
+                                          retry_condition_fn=is_transient)
 
     @flow(name="paperworks-pipeline", task_runner=make_task_runner(max_parallel, dask_address, dask_workers), log_prints=True)
     def pipeline(
@@ -220,37 +289,51 @@ def build_flow(
         profile: str | None = None,
         overrides: list[str] | None = None,
         experiment: str | None = None,
-        repo_root: str = ".",
-    ) -> list[dict[str, str]]:
+    ):
         """Reproduce the DVC DAG (or ``targets`` and their upstream) stage by stage.
 
         ``profile``/``overrides`` change params.yaml first (like ``dvc exp run -S``);
         ``experiment`` saves the finished workspace as a DVC experiment of that name.
         """
+        from paperworks.core.params import ParamsError
+
         logger = get_run_logger()
-        root = Path(repo_root).resolve()
-        if profile or overrides:
-            apply_params(root, profile, list(overrides or []))
-        dag = read_dag(root)
-        order = select_stages(dag, targets)
-        logger.info("%d stages: %s", len(order), ", ".join(order))
-        to_run = stages_to_run(order, dag, stale_stages(root))
-        logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
-        futures: dict[str, Any] = {}
-        for stage in to_run:
-            upstream = [futures[u] for u in dag[stage] if u in futures]
-            futures[stage] = stage_task.submit(stage, str(root), wait_for=upstream)
-        results = [
-            futures[s].result() if s in futures else {"stage": s, "status": "up to date"}  # raises if a stage failed
-            for s in order
-        ]
-        for r in results:
-            logger.info("%-40s %s", r["stage"], r["status"])
-        publish_metrics(root)
-        if experiment:
-            subprocess.run([dvc_executable(), "exp", "save", "--force", "-n", experiment], cwd=root, env=_tool_env(), check=True)
-            logger.info("saved experiment '%s' (see `dvc exp show`)", experiment)
-        return results
+        exclusive = bool(profile or overrides or experiment)
+        purpose = f"flow paperworks-pipeline targets={targets} profile={profile} overrides={overrides} experiment={experiment}"
+        try:
+            with project_lock(root, exclusive=exclusive, purpose=purpose, timeout=lock_timeout, on_wait=logger.warning):
+                if profile or overrides:
+                    apply_params(root, profile, list(overrides or []))
+                dag = read_dag(root)
+                order = select_stages(dag, targets)
+                logger.info("%d stages: %s", len(order), ", ".join(order))
+                to_run = stages_to_run(order, dag, stale_stages(root, dvc_busy_timeout))
+                logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
+                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout)
+                results, failures = [], []
+                for s in order:
+                    state = outcome.get(s)
+                    if s not in to_run:
+                        results.append({"stage": s, "status": "up to date"})
+                    elif state is None:
+                        results.append({"stage": s, "status": "not run (upstream failed)"})
+                    elif state.is_completed():
+                        results.append(state.result())
+                    else:
+                        results.append({"stage": s, "status": "failed"})
+                        failures.append(state.message or f"stage {s} failed")
+                for r in results:
+                    logger.info("%-40s %s", r["stage"], r["status"])
+                if failures:
+                    return Failed(message="\n".join(failures))
+                publish_metrics(root)
+                if experiment:
+                    save_experiment(root, experiment, order if targets else None, dvc_busy_timeout)
+                    logger.info("saved experiment '%s' (see `dvc exp show`)", experiment)
+        except (ParamsError, ValueError, ProjectLockTimeout, DvcError) as e:
+            # expected, explained failures: one message, no traceback
+            return Failed(message=str(e))
+        return Completed(data=results, message=f"{len(to_run)} of {len(order)} stages handed to DVC")
 
     return pipeline
 
@@ -265,13 +348,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="key.path=value")
     ap.add_argument("--experiment", help="save the result as a DVC experiment with this name")
     ap.add_argument("--max-parallel", type=int, default=2, help="independent stages run at once")
-    ap.add_argument("--retries", type=int, default=1)
+    ap.add_argument("--retries", type=int, default=1, help="retries of a transient stage failure (a killed stage)")
+    ap.add_argument("--lock-timeout", type=float, help="give up after this many seconds if another run holds the project (default: wait)")
     ap.add_argument("--dask-address", help="run stages on this Dask scheduler (tcp://host:8786)")
     ap.add_argument("--dask-workers", type=int, help="start a local Dask cluster with this many worker processes")
     args = ap.parse_args(argv)
-    flow_fn = build_flow(max_parallel=args.max_parallel, retries=args.retries,
+    flow_fn = build_flow(max_parallel=args.max_parallel, retries=args.retries, lock_timeout=args.lock_timeout,
                          dask_address=args.dask_address, dask_workers=args.dask_workers)
-    flow_fn(targets=args.targets, profile=args.profile, overrides=args.overrides, experiment=args.experiment)
+    state = flow_fn(targets=args.targets, profile=args.profile, overrides=args.overrides, experiment=args.experiment,
+                    return_state=True)
+    if not state.is_completed():
+        print(f"error: {state.message}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -90,35 +91,29 @@ def test_set_param_names_unknown_keys() -> None:
         set_param(params, "control.tree.max_depth")
 
 
-def test_flow_runs_stages_through_dvc_then_skips(toy_repo: Path, monkeypatch) -> None:
-    from prefect.testing.utilities import prefect_test_harness
-
-    monkeypatch.setenv("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    flow = build_flow(max_parallel=2, retries=0)
-    with prefect_test_harness():
-        first = flow(repo_root=str(toy_repo))
-        assert [r["stage"] for r in first] == ["a_gen", "b_use@1", "b_use@2", "c_join"]
-        assert all(r["status"] == "ran" for r in first)
-        assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3  # "3" + "33"
-        second = flow(repo_root=str(toy_repo))
-        assert all(r["status"] == "up to date" for r in second)
-        (toy_repo / "params.yaml").write_text("toy:\n  n: 4\n")  # a param change reruns the chain
-        third = flow(repo_root=str(toy_repo))
-        assert [r["status"] for r in third] == ["ran"] * 4
-        assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3
+def test_flow_runs_stages_through_dvc_then_skips(toy_repo: Path, prefect_api: str) -> None:
+    flow = build_flow(max_parallel=2, retries=0, repo_root=toy_repo)
+    first = flow()
+    assert [r["stage"] for r in first] == ["a_gen", "b_use@1", "b_use@2", "c_join"]
+    assert all(r["status"] == "ran" for r in first)
+    assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3  # "3" + "33"
+    second = flow()
+    assert all(r["status"] == "up to date" for r in second)
+    (toy_repo / "params.yaml").write_text("toy:\n  n: 4\n")  # a param change reruns the chain
+    third = flow()
+    assert [r["status"] for r in third] == ["ran"] * 4
+    assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3
     lock = yaml.safe_load((toy_repo / "dvc.lock").read_text())
     assert set(lock["stages"]) == {"a_gen", "b_use@1", "b_use@2", "c_join"}
     # DVC itself agrees nothing is left to do
     assert "up to date" in run([str(Path(sys.executable).with_name("dvc")), "status"], cwd=toy_repo).stdout
 
 
-def test_flow_stage_failure_fails_the_run(toy_repo: Path) -> None:
-    from prefect.testing.utilities import prefect_test_harness
-
+def test_flow_stage_failure_fails_the_run(toy_repo: Path, prefect_api: str) -> None:
     (toy_repo / "dvc.yaml").write_text(TOY_DVC_YAML.replace("str(p['toy']['n'])", "str(1/0)"))
-    flow = build_flow(max_parallel=2, retries=0)
-    with prefect_test_harness(), pytest.raises(Exception, match="a_gen failed"):
-        flow(repo_root=str(toy_repo))
+    flow = build_flow(max_parallel=2, retries=0, repo_root=toy_repo)
+    with pytest.raises(Exception, match="a_gen failed"):
+        flow()
     assert not (toy_repo / "b_1.txt").exists()
 
 
@@ -167,40 +162,32 @@ def test_served_schedule_fires(toy_repo: Path, tmp_path_factory) -> None:
 
 
 @pytest.mark.integration
-def test_flow_on_a_dask_cluster(toy_repo: Path) -> None:
+def test_flow_on_a_dask_cluster(toy_repo: Path, prefect_api: str) -> None:
     """The scale-out switch: the same flow with stages on Dask worker processes (prefect-dask)."""
     pytest.importorskip("prefect_dask")
-    from prefect.testing.utilities import prefect_test_harness
-
-    flow = build_flow(retries=0, dask_workers=2)
-    with prefect_test_harness():
-        results = flow(repo_root=str(toy_repo))
+    flow = build_flow(retries=0, dask_workers=2, repo_root=toy_repo)
+    results = flow()
     assert [r["status"] for r in results] == ["ran"] * 4
     assert json.loads((toy_repo / "metrics/toy.json").read_text())["len"] == 3
 
 
 @pytest.mark.integration
-def test_work_pool_worker_runs_a_deployment(toy_repo: Path, tmp_path_factory) -> None:
-    """The multi-machine switch: a process work pool, a deployment, a worker that picks the run up."""
-    from flows.schedule import start_server, stop_server, wait_healthy
+def test_work_pool_worker_runs_a_deployment(toy_repo: Path, prefect_api: str) -> None:
+    """The multi-machine switch: a process work pool, a deployment, a worker that picks the run up.
 
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    home = tmp_path_factory.mktemp("prefect_pool_home")
-    server = start_server(port, home)
-    env = dict(tool_env(), PREFECT_API_URL=api_url, PREFECT_HOME=str(home))
+    The deployment runs the flow code of the checkout it works in: the toy project gets its
+    own copy of ``flows/``, as a real checkout would have."""
+    shutil.copytree(REPO / "flows", toy_repo / "flows", ignore=shutil.ignore_patterns("__pycache__"))
+    api_url = prefect_api
+    env = dict(tool_env(), PREFECT_API_URL=api_url)
     prefect = str(Path(sys.executable).with_name("prefect"))
-    try:
-        wait_healthy(api_url)
-        subprocess.run([prefect, "work-pool", "create", "--type", "process", "toy-pool"], cwd=REPO, env=env, check=True, capture_output=True)
-        subprocess.run([sys.executable, "-m", "flows.deploy", "--pool", "toy-pool", "--name", "toy", "--repo", str(toy_repo),
-                        "--targets", "a_gen"], cwd=REPO, env=env, check=True, capture_output=True)
-        subprocess.run([prefect, "deployment", "run", "paperworks-pipeline/toy"], cwd=REPO, env=env, check=True, capture_output=True)
-        worker = subprocess.run([prefect, "worker", "start", "--pool", "toy-pool", "--run-once"], cwd=REPO, env=env,
-                                capture_output=True, text=True, timeout=300)
-        assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
-        runs = _completed_runs(api_url)
-        assert len(runs) == 1 and runs[0]["deployment_id"] is not None
-        assert (toy_repo / "a.txt").read_text() == "3"
-    finally:
-        stop_server(server)
+    subprocess.run([prefect, "work-pool", "create", "--type", "process", "toy-pool"], cwd=REPO, env=env, check=True, capture_output=True)
+    subprocess.run([sys.executable, "-m", "flows.deploy", "--pool", "toy-pool", "--name", "toy", "--repo", str(toy_repo),
+                    "--targets", "a_gen"], cwd=REPO, env=env, check=True, capture_output=True)
+    subprocess.run([prefect, "deployment", "run", "paperworks-pipeline/toy"], cwd=REPO, env=env, check=True, capture_output=True)
+    worker = subprocess.run([prefect, "worker", "start", "--pool", "toy-pool", "--run-once"], cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert worker.returncode == 0, worker.stdout[-3000:] + worker.stderr[-3000:]
+    runs = [r for r in _completed_runs(api_url) if r["deployment_id"] is not None]  # the session's API
+    assert len(runs) == 1
+    assert (toy_repo / "a.txt").read_text() == "3"
