@@ -34,11 +34,12 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
-# Validate every params section first (fails before any work), then reproduce the DAG.
+# Validate every params section first (fails before any work), then reproduce the DAG — holding the
+# project lock from the profile switch to the last dvc.lock write, so no other run rewrites params
+# meanwhile (flows/project_lock.py; the Prefect flow takes the same lock).
 run: setup
-	@if [ -n "$(P)" ]; then $(PY) -m paperworks.core.profile $(P); fi
-	$(PY) -m paperworks.core.params
-	$(DVC) repro
+	$(PY) -m flows.project_lock -- $(SHELL) -c '$(if $(P),$(PY) -m paperworks.core.profile $(P) && )$(PY) -m paperworks.core.params && $(DVC) repro'
+	$(PY) -m flows.report_guard
 	$(PY) -m paperworks.core.report --recompute --readme README.md
 
 test: setup
@@ -46,7 +47,7 @@ test: setup
 
 # make profile P=smoke|default|paper
 profile: setup
-	$(PY) -m paperworks.core.profile $(P)
+	$(PY) -m flows.project_lock -- $(PY) -m paperworks.core.profile $(P)
 
 check: setup
 	$(PY) -m paperworks.core.params

@@ -323,6 +323,12 @@ stages:
   toy_data:
     cmd: python -c "open('data.txt', 'w').write('d')"
     outs: [data.txt]
+  other_evaluate:
+    cmd: python -c "open('metrics/other.json', 'w').write('{}')"
+    deps: [never_built_here.txt]
+    metrics:
+      - metrics/other.json:
+          cache: false
 """
 EVALUATE = """\
 import json, pathlib
@@ -336,10 +342,16 @@ def test_report_refuses_a_mixed_output_set(tmp_path: Path) -> None:
     """An evaluate stage killed mid-write (a PNG/CSV gone, the JSON changed) is caught before the
     report is built; intact outputs pass, and a changed non-report output does not block it."""
     root = make_project(tmp_path, REPORT_DVC_YAML, "toy:\n  n: 1\n", {"metrics/.keep": "", "plots/.keep": "", "evaluate.py": EVALUATE})
+    (root / "never_built_here.txt").write_text("x")
     dvc(root, "repro")
+    # a fresh clone that never ran other_evaluate: its input is absent and its (committed) output
+    # differs from the lock, e.g. a restated result; the guard cannot call that an interrupted run
+    (root / "never_built_here.txt").unlink()
+    (root / "metrics/other.json").write_text('{"restated": true}')
     guard = [sys.executable, "-m", "flows.report_guard", "--repo", str(root)]
     ok = subprocess.run(guard, cwd=REPO, env=tool_env(), capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+    assert "1 stage(s) not checked" in ok.stdout
     (root / "data.txt").write_text("tampered")  # not read by the report
     (root / "scores.txt").unlink()  # an evaluate stage's output the report does not read (absent in a fresh clone)
     assert subprocess.run(guard, cwd=REPO, env=tool_env(), capture_output=True, text=True).returncode == 0
