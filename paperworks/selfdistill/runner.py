@@ -1,9 +1,11 @@
 """Run one method over its seeds and collect what the evaluate stage needs (pure of file I/O
-except the dvclive logger handed in)."""
+except the dvclive logger handed in and the machine's timings, which go to ``logs/``: a tracked
+output must be the same bytes on every rerun)."""
 from __future__ import annotations
 
 import time
 
+from paperworks.core.io import write_run_log
 from paperworks.core.lm import log_row
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.selfdistill.evaluation import final_eval
@@ -11,6 +13,9 @@ from paperworks.selfdistill.grpo import train_grpo
 from paperworks.selfdistill.opsd import train_opsd
 from paperworks.selfdistill.params import MethodSpec, Params
 from paperworks.selfdistill.pipeline import eval_subset, grpo_config, opsd_config
+
+
+TIMING_KEYS = ("seconds_per_step", "train_seconds")  # machine facts: logged, never in the run record
 
 
 def run_seeds(p: Params, base, tok, tasks, method: str, spec: MethodSpec | None, seeds, global_seed: int,
@@ -37,6 +42,8 @@ def run_seeds(p: Params, base, tok, tasks, method: str, spec: MethodSpec | None,
             cfg = opsd_config(p, spec, seed, steps)
             student, _, history, cost = train_opsd(base, tok, train, evals, cfg, log=log, desc=f"{method} s{s}")
         cost["train_seconds"] = time.perf_counter() - t0
+        label = method if spec is None or method != "sweep" else f"sweep_a{spec.alpha:g}_r{spec.rho:g}"
+        write_run_log(f"selfdistill_{label}_s{s}", {k: cost.pop(k) for k in TIMING_KEYS if k in cost})
         fin = final_eval(student, tok, test, p.opsd.max_new_tokens, p.eval.pass_k, p.eval.temperature) if final else {}
         runs.append({"seed": s, "history": history, "final": fin, "cost": cost})
         students[s] = student

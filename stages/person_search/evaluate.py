@@ -100,7 +100,6 @@ def main() -> None:
         "queries_missing_facet": facet_report["queries_missing_facet"],
         "n_test_queries": int(is_test.sum()), "n_val_queries": int(is_val.sum()),
         "n_gallery": len(read_items("gallery")),
-        "rerank_latency_ms_per_query": read_json(RERANK / "latency.json"),
     }
     write_json(METRICS, metrics)
 

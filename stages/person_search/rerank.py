@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from paperworks.core.io import ArtifactError, load_safetensors, read_parquet, save_safetensors, write_json
+from paperworks.core.io import ArtifactError, load_safetensors, read_parquet, save_safetensors, write_run_log
 from paperworks.core.params import load_section
 from paperworks.core.stage import stage_main
 from paperworks.person_search.artifacts import FUSION, MODELS, RERANK, TEXT, read_images, read_items, read_queries, read_text_views
@@ -63,7 +63,8 @@ def main() -> None:
         seconds["verify"] += t3 - t2
     save_safetensors(RERANK / "expert_scores.safetensors", {k: torch.from_numpy(v) for k, v in out.items()} |
                      {"pool": torch.from_numpy(pool.copy())})
-    write_json(RERANK / "latency.json", {f"{k}_ms_per_query": 1000 * s / len(pool) for k, s in seconds.items()})
+    # a machine fact, not an output: a tracked file must be the same bytes on every rerun
+    write_run_log("person_search_rerank_latency", {f"{k}_ms_per_query": 1000 * s / len(pool) for k, s in seconds.items()})
 
 
 if __name__ == "__main__":
