@@ -191,3 +191,43 @@ def test_work_pool_worker_runs_a_deployment(toy_repo: Path, prefect_api: str) ->
     runs = [r for r in _completed_runs(api_url) if r["deployment_id"] is not None]  # the session's API
     assert len(runs) == 1
     assert (toy_repo / "a.txt").read_text() == "3"
+
+
+TWO_TRACKS_DVC_YAML = """
+stages:
+  x_work:
+    cmd: >-
+      python -c "import time; t=time.time(); time.sleep(4); open('x.txt','w').write(f'{t} {time.time()}')"
+    outs: [x.txt]
+  y_work:
+    cmd: >-
+      python -c "import time; t=time.time(); time.sleep(4); open('y.txt','w').write(f'{t} {time.time()}')"
+    outs: [y.txt]
+"""
+
+
+def test_two_work_pool_workers_run_two_tracks_at_once_in_one_work_tree(toy_repo: Path, prefect_api: str) -> None:
+    """Scale-out on a real work pool: two process workers each pick one deployment run (one track
+    each) and run them at the same time against one work tree. DVC's per-stage locks and the
+    project lock (shared for runs that change no params) let them overlap; afterwards dvc.lock
+    records both tracks and nothing is stale."""
+    (toy_repo / "dvc.yaml").write_text(TWO_TRACKS_DVC_YAML)
+    shutil.copytree(REPO / "flows", toy_repo / "flows", ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(tool_env(), PREFECT_API_URL=prefect_api)
+    prefect = str(Path(sys.executable).with_name("prefect"))
+    subprocess.run([prefect, "work-pool", "create", "--type", "process", "two-pool"], cwd=REPO, env=env, check=True, capture_output=True)
+    for track in ("x", "y"):
+        subprocess.run([sys.executable, "-m", "flows.deploy", "--pool", "two-pool", "--name", f"track-{track}",
+                        "--repo", str(toy_repo), "--targets", f"{track}_*"], cwd=REPO, env=env, check=True, capture_output=True)
+        subprocess.run([prefect, "deployment", "run", f"paperworks-pipeline/track-{track}"], cwd=REPO, env=env,
+                       check=True, capture_output=True)
+    workers = [subprocess.Popen([prefect, "worker", "start", "--pool", "two-pool", "--run-once", "--limit", "1"], cwd=REPO,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    logs = [w.communicate(timeout=300)[0] for w in workers]
+    assert all(w.returncode == 0 for w in workers), "\n".join(log[-3000:] for log in logs)
+    spans = {t: [float(v) for v in (toy_repo / f"{t}.txt").read_text().split()] for t in ("x", "y")}
+    assert spans["x"][0] < spans["y"][1] and spans["y"][0] < spans["x"][1], f"the two tracks did not overlap: {spans}"
+    lock = yaml.safe_load((toy_repo / "dvc.lock").read_text())["stages"]
+    assert {"x_work", "y_work"} <= set(lock)
+    status = run([str(Path(sys.executable).with_name("dvc")), "status"], cwd=toy_repo).stdout
+    assert "up to date" in status, status
