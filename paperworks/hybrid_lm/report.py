@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from paperworks.core.claims import ClaimSpec, EvidenceParams, combine, convergence, learned, precondition, unit_table
+from paperworks.core.stats import wilson_interval
 from paperworks.hybrid_lm.params import Params
 
 Runs = dict[str, dict[int, dict]]   # variant → seed → run record (stages/hybrid_lm/train.py)
@@ -79,6 +80,8 @@ def claim_specs(p: Params, tokens: int | None = None) -> list[ClaimSpec]:
 
     def spec(id, method, baseline, metric, statement, role="exploratory", higher=True, kind="superiority",
              margin=None, unit="sequence", extra=()):
+        if id in RECALL_CLAIMS:
+            extra = (*extra, f"an arm recalls above chance: {id}")
         return ClaimSpec(id=id, statement=statement, table=id, metric=metric, method=method, baseline=baseline,
                          unit=unit, cluster="seed", kind=kind, margin=margin, higher_is_better=higher, role=role,
                          preconditions=pre(method, baseline, *extra))
@@ -137,11 +140,31 @@ def tail_steps(n_steps: int, ev: EvidenceParams) -> int:
     return max(1, int(round(n_steps * ev.convergence_tail)))
 
 
+RECALL_CLAIMS = ("kda_vs_head_gate_timescale", "hybrid_vs_dense_recall_long", "global_layer_needed")
+
+
+def claim_units(p: Params, claim_id: str, r: dict, ev: EvidenceParams) -> list[tuple[str, float]]:
+    """(unit id, value) of one run for one claim's per-unit table (not the compute claim)."""
+    top = max(p.corpus.eval_multiples)
+    if claim_id in ("hybrid_vs_dense_loss", "kda_vs_head_gate_loss", "qb_vs_aux_loss", "attnres_vs_standard_loss",
+                    "latent_moe_vs_moe_loss"):
+        return [(str(i), x) for i, x in enumerate(r["heldout_loss"])]
+    if claim_id == "kda_vs_head_gate_timescale":
+        return _recall_units(r, [f"timescale_ctx{m}" for m in p.corpus.eval_multiples])
+    if claim_id == "hybrid_vs_dense_recall_long":
+        return _recall_units(r, [f"mqar_ctx{top}"])
+    if claim_id == "global_layer_needed":
+        return _recall_units(r, [f"mqar_pairs{n}" for n in p.corpus.mqar_pairs if n > kda_capacity(p)])
+    if claim_id == "qb_vs_aux_maxvio":
+        tail = tail_steps(len(r["step_maxvio"]), ev)
+        first = len(r["step_maxvio"]) - tail
+        return [(str(first + i + 1), x) for i, x in enumerate(r["step_maxvio"][first:])]
+    raise AssertionError(f"no unit rule for claim {claim_id}")
+
+
 def unit_tables(p: Params, runs: Runs, ev: EvidenceParams) -> dict[str, pd.DataFrame]:
     """One per-unit table per claim whose two arms were trained (arm = variant, cluster = seed)."""
     tables = {}
-    top = max(p.corpus.eval_multiples)
-    cap = kda_capacity(p)
     for spec in claim_specs(p):
         a, b = spec.method, spec.baseline
         if a not in runs or b not in runs:
@@ -157,25 +180,29 @@ def unit_tables(p: Params, runs: Runs, ev: EvidenceParams) -> dict[str, pd.DataF
             continue
         for v in (a, b):
             for s in seeds:
-                r = runs[v][s]
-                if spec.metric.startswith("held-out loss"):
-                    units = [(str(i), x) for i, x in enumerate(r["heldout_loss"])]
-                elif spec.table == "kda_vs_head_gate_timescale":
-                    units = _recall_units(r, [f"timescale_ctx{m}" for m in p.corpus.eval_multiples])
-                elif spec.table == "hybrid_vs_dense_recall_long":
-                    units = _recall_units(r, [f"mqar_ctx{top}"])
-                elif spec.table == "global_layer_needed":
-                    units = _recall_units(r, [f"mqar_pairs{n}" for n in p.corpus.mqar_pairs if n > cap])
-                elif spec.table == "qb_vs_aux_maxvio":
-                    tail = tail_steps(len(r["step_maxvio"]), ev)
-                    first = len(r["step_maxvio"]) - tail
-                    units = [(str(first + i + 1), x) for i, x in enumerate(r["step_maxvio"][first:])]
-                else:
-                    raise AssertionError(f"no unit rule for claim table {spec.table}")
-                rows += [{"arm": v, "cluster": s, "unit": u, "value": x} for u, x in units]
+                rows += [{"arm": v, "cluster": s, "unit": u, "value": x} for u, x in claim_units(p, spec.id, runs[v][s], ev)]
         if rows:
             tables[spec.table] = unit_table(rows)
     return tables
+
+
+def above_chance(p: Params, spec: ClaimSpec, runs: Runs, ev: EvidenceParams) -> dict:
+    """A recall comparison means something only if an arm recalls: pooled over seeds, the Wilson
+    lower bound of some arm's accuracy on the claim's queries must exceed chance (1 / n_values)."""
+    chance = 1.0 / p.corpus.n_values
+    name = f"an arm recalls above chance: {spec.id}"
+    found = []
+    for v in (spec.method, spec.baseline):
+        hits = [x for r in runs.get(v, {}).values() for _, x in claim_units(p, spec.id, r, ev)]
+        if hits:
+            lo, _ = wilson_interval(int(sum(hits)), len(hits), ev.confidence)
+            found.append((v, float(np.mean(hits)), lo, len(hits)))
+    best = max(found, key=lambda f: f[2], default=None)
+    if best is None:
+        return precondition(name, False, threshold=round(chance, 4), detail="no queries measured (arm missing or empty set)")
+    detail = "; ".join(f"{v} {acc:.3f} (lower bound {lo:.3f}, {n} queries)" for v, acc, lo, n in found)
+    return precondition(name, best[2] > chance, value=round(best[2], 4), threshold=round(chance, 4),
+                        detail=f"{detail}; chance {chance:.3f}")
 
 
 def preconditions(p: Params, runs: Runs, ev: EvidenceParams) -> list[dict]:
@@ -211,6 +238,9 @@ def preconditions(p: Params, runs: Runs, ev: EvidenceParams) -> list[dict]:
                                     detail=f"{a} {pa:,} vs {b} {pb:,} active parameters (relative gap {gap:.3f})"))
         else:
             out.append(precondition(name, False, detail="an arm was not trained"))
+    for spec in claim_specs(p):
+        if spec.id in RECALL_CLAIMS:
+            out.append(above_chance(p, spec, runs, ev))
     cap, most = kda_capacity(p), max(p.corpus.mqar_pairs)
     out.append(precondition("MQAR sweep passes the KDA state capacity", most > cap, value=most, threshold=cap,
                             detail=f"largest pair count {most} vs head_dim {cap} keys per KDA head"))

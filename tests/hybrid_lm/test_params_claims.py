@@ -151,7 +151,7 @@ def test_claims_evaluate_end_to_end_with_not_tested_and_measured_verdicts():
                                                   report.preconditions(p, runs, EV), EV, seed=0, track="hybrid_lm")}
     assert claims["hybrid_vs_dense_loss"]["verdict"].startswith("non-inferior")
     assert claims["hybrid_vs_dense_loss"]["diff"] == pytest.approx(-0.5, abs=0.06)
-    assert claims["kda_vs_head_gate_timescale"]["verdict"] == (
+    assert claims["kda_vs_head_gate_timescale"]["verdict"].startswith(
         "not tested: hybrid_headgate in the grid, hybrid_headgate converged, hybrid_headgate learned, "
         "active parameters matched: hybrid vs hybrid_headgate")
     compute = claims["hybrid_vs_dense_compute"]   # hybrid reaches dense's final loss earlier on every seed
@@ -184,3 +184,41 @@ def test_short_training_run_learns_logs_routing_and_counts_cost():
     # the same seed gives the same run
     _, again = train_run(p.model_config_for("moe_qb"), tp, data, seed=0)
     assert [h["loss"] for h in again["history"]] == losses
+
+
+def test_recall_claims_need_an_arm_above_chance():
+    rng = np.random.default_rng(3)
+    p = small_params(variants=["dense", "hybrid"], seeds=[0, 1])
+    runs = {v: {s: fake_run(rng, 2.0, 1000) for s in (0, 1)} for v in ("dense", "hybrid")}
+    for by in runs.values():      # every query right: far above chance (1/64)
+        for r in by.values():
+            for q in r["recall"].values():
+                q["hit"] = [1] * len(q["hit"])
+    name = "an arm recalls above chance: hybrid_vs_dense_recall_long"
+    spec = next(s for s in report.claim_specs(p) if s.id == "hybrid_vs_dense_recall_long")
+    assert name in spec.preconditions
+    assert {r["name"]: r for r in report.preconditions(p, runs, EV)}[name]["passed"]
+    for by in runs.values():      # no hit in 6 queries per arm: the lower bound (0) is not above chance
+        for r in by.values():
+            r["recall"]["mqar_ctx2"]["hit"] = [0, 0, 0]
+    pre = {r["name"]: r for r in report.preconditions(p, runs, EV)}
+    assert not pre[name]["passed"] and "chance 0.016" in pre[name]["detail"]
+    claims = {c["id"]: c for c in evaluate_claims(report.claim_specs(p), report.unit_tables(p, runs, EV),
+                                                  report.preconditions(p, runs, EV), EV, seed=0, track="hybrid_lm")}
+    assert claims["hybrid_vs_dense_recall_long"]["verdict"] == f"not tested: {name}"
+
+
+def test_auxiliary_loss_reaches_the_gradient():
+    """The MoE auxiliary loss is trained on (core.lm.sft_loss would drop it): with the same data and
+    seed, a larger coefficient moves the router differently."""
+    d = raw(corpus__context=32, corpus__mqar_pairs=[4], corpus__eval_pairs=4, model__hidden_size=32, model__head_dim=16,
+            model__kda={"chunk_size": 16}, model__mla_kv_rank=8, model__mlp_hidden=64, model__moe={"expert_hidden": 32})
+    data = C.mixture(np.random.default_rng(0), Params.model_validate(d).corpus, 16)
+    tp = TrainParams(steps=4, batch_size=4, warmup_steps=0, log_every=1)
+    routers = []
+    for coef in (0.0, 10.0):
+        d["variants"]["moe_aux"]["overrides"]["moe"]["aux_loss_coef"] = coef
+        model, rec = train_run(Params.model_validate(d).model_config_for("moe_aux"), tp, data, seed=0)
+        routers.append(model.mlps[0].router.weight.detach().clone())
+        assert ("aux_loss" in rec["history"][-1]) == (coef > 0)
+    assert not np.allclose(routers[0].numpy(), routers[1].numpy())
