@@ -325,6 +325,7 @@ def plot_loss_curves(curves: pd.DataFrame, path) -> None:
             _band(ax, g.assign(**{x: g["step"].map(xs)}), x, "loss", v, marker="o", ms=2)
     for ax, label in zip(axes, ("training tokens", "counted training FLOPs", "CPU seconds (1 thread)")):
         ax.set_xlabel(label)
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
         ax.set_ylabel("training loss (nats/token)")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
@@ -367,11 +368,12 @@ def plot_expert_load(loads: pd.DataFrame, path) -> None:
     if loads.empty:
         for ax in axes:
             ax.text(0.5, 0.5, "no MoE variant in this grid", ha="center", va="center")
-    for v, g in loads.groupby("variant", sort=True):
+    for i, (v, g) in enumerate(loads.groupby("variant", sort=True)):
         per = g.groupby(["seed", "step"])[["maxvio", "max_share", "min_share"]].mean().reset_index()
-        _band(axes[0], per, "step", "maxvio", v, marker="o", ms=2)
-        _band(axes[1], per, "step", "max_share", f"{v} max", marker="^", ms=2)
-        _band(axes[1], per, "step", "min_share", f"{v} min", marker="v", ms=2, ls="--")
+        color = f"C{i}"   # one colour per variant in both panels
+        _band(axes[0], per, "step", "maxvio", v, marker="o", ms=2, color=color)
+        _band(axes[1], per, "step", "max_share", f"{v} largest", marker="^", ms=2, color=color)
+        _band(axes[1], per, "step", "min_share", f"{v} smallest", marker="v", ms=2, ls="--", color=color)
     axes[0].set_ylabel("MaxVio (max load / mean − 1), per log interval")
     axes[1].set_ylabel("largest / smallest expert share")
     for ax in axes:
