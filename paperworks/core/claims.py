@@ -157,7 +157,7 @@ class ClaimSpec:
     def from_record(cls, record: dict) -> "ClaimSpec":
         names = {f.name for f in fields(cls)}
         raw = {k: record[k] for k in names if k in record}
-        auto = f"at least 2 independent {record['units']['cluster']}s"
+        auto = f"at least 2 independent {plural(record['units']['cluster'] or '')}"
         raw["preconditions"] = tuple(p["name"] for p in record.get("preconditions", []) if p["name"] != auto)
         raw["cluster"] = record["units"]["cluster"]
         raw["unit"] = record["units"]["unit"]
@@ -212,19 +212,23 @@ def _arm_groups(table: pd.DataFrame, spec: ClaimSpec) -> tuple[list[np.ndarray],
 
 
 def _clusters_name(spec: ClaimSpec) -> str:
-    return f"at least 2 independent {spec.cluster}s"
+    return f"at least 2 independent {plural(spec.cluster)}"
 
 
 def _seed_for(claim_id: str, seed: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{claim_id}".encode()).digest()[:4], "little")
 
 
+def plural(noun: str) -> str:
+    return noun[:-1] + "ies" if noun.endswith("y") and noun[-2:-1] not in "aeiou" else noun + "s"
+
+
 def _units_label(spec: ClaimSpec, n_clusters: int, n_units: int) -> str:
     if spec.cluster is None:
-        return f"1 training run × {n_units // (1 if spec.paired else 2)} {spec.unit}s"
+        return f"1 training run × {n_units // (1 if spec.paired else 2)} {plural(spec.unit)}"
     per = n_units / max(n_clusters, 1) / (1 if spec.paired else 2)
-    inner = f" × {per:g} {spec.unit}s" if per != 1 else ""
-    return f"{n_clusters} {spec.cluster}s{inner}"
+    inner = f" × {per:g} {plural(spec.unit)}" if per != 1 else ""
+    return f"{n_clusters} {plural(spec.cluster)}{inner}"
 
 
 def measure_claim(spec: ClaimSpec, table: pd.DataFrame, preconditions: Sequence[dict], ev: EvidenceParams,

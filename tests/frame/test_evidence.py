@@ -244,3 +244,9 @@ def test_one_cluster_cannot_carry_an_interval(tmp_path) -> None:
     stored = as_json(records)  # as the metrics file holds it: the unbounded sides are null
     assert stored[0]["ci_low"] is None
     assert recompute({"claims": stored, "evidence": {**EV.model_dump(), "seed": 0}}, root=tmp_path) == stored
+
+
+def test_unit_labels_are_plural_english() -> None:
+    from paperworks.core.claims import plural
+
+    assert [plural(w) for w in ("query", "seed", "day", "teacher")] == ["queries", "seeds", "days", "teachers"]
