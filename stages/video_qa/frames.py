@@ -1,0 +1,47 @@
+"""Stage video_qa_frames: pre-train the patchify frame encoder on per-frame truth, freeze it,
+and cache the embeddings of every frame of every video (float16, content-hash keyed)."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from paperworks.core.io import atomic_path, write_run_log
+from paperworks.core.params import global_seed, load_section, read_params_file
+from paperworks.core.render.scene import Scene
+from paperworks.core.seeding import derive_seed
+from paperworks.core.stage import stage_main
+from paperworks.video_qa.artifacts import FRAMES, PLOTS, encode_videos, read_world, save_model
+from paperworks.video_qa.models import pretrain_encoder
+from paperworks.video_qa.params import Params
+from paperworks.video_qa.world import frame_targets
+
+
+@stage_main
+def main() -> None:
+    p = load_section("video_qa", Params)
+    seed = global_seed(read_params_file())
+    videos, _, specs = read_world()
+    train = sorted(videos.loc[videos["split"] == "train", "video"])
+    rng = np.random.default_rng(derive_seed(seed, "video_qa", "pretrain_frames"))
+    per_video = np.bincount(rng.integers(0, len(train), size=p.encoder.pretrain_frames), minlength=len(train))
+    t0 = time.process_time()
+    parts = [frame_targets(Scene(specs[v], p.world.size, p.world.size),
+                           np.sort(rng.choice(specs[v].n_frames, size=min(k, specs[v].n_frames), replace=False)))
+             for v, k in zip(train, per_video) if k]
+    frames, pairs, count = (np.concatenate(x) for x in zip(*parts))
+    t1 = time.process_time()
+    encoder, history = pretrain_encoder(frames, pairs, count, p.encoder, derive_seed(seed, "video_qa", "encoder"),
+                                        live_dir=PLOTS / "live_encoder")
+    t2 = time.process_time()
+    with atomic_path(FRAMES) as tmp:  # the whole cache appears at once, or not at all
+        save_model(tmp / "encoder.safetensors", encoder)
+        encode_videos(encoder, specs, p.world.size, tmp)
+    t3 = time.process_time()
+    write_run_log("video_qa_frames", {"truth_frames": len(frames), "render_truth_s": t1 - t0, "pretrain_s": t2 - t1,
+                                      "encode_all_s": t3 - t2, "frames_encoded": sum(s.n_frames for s in specs.values())})
+    print(f"encoder: loss {history[0]['loss']:.3f} → {history[-1]['loss']:.3f}, pairs exact {history[-1]['pairs_exact']:.2f}")
+
+
+if __name__ == "__main__":
+    main()
