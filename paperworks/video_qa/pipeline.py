@@ -144,11 +144,16 @@ def resample(rel_frames: dict[int, float], ruled_out: np.ndarray, n_frames: int,
     quota = np.floor(rate * k).astype(int)
     for s in np.argsort(-(rate * k - quota), kind="stable")[: k - quota.sum()]:  # largest remainders
         quota[s] += 1
+    room = np.array([free[edges[s]: edges[s + 1]].sum() for s in range(pp.segments)])
+    quota = np.minimum(quota, room)
+    by_rate = np.argsort(-rate, kind="stable")
+    while quota.sum() < k and (quota < room).any():  # a full segment's overflow goes to the most relevant open ones
+        s = next(s for s in by_rate if quota[s] < room[s])
+        quota[s] += 1
     picks = []
     for s in np.nonzero(quota)[0]:
         cand = np.nonzero(free[edges[s]: edges[s + 1]])[0] + edges[s]
-        if len(cand):
-            picks.append(rng.choice(cand, size=min(quota[s], len(cand)), replace=False))
+        picks.append(rng.choice(cand, size=quota[s], replace=False))
     return np.sort(np.concatenate(picks)) if picks else np.empty(0, dtype=np.int64)
 
 
