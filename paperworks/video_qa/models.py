@@ -1,8 +1,10 @@
 """The three trained models of the track, each read top to bottom with its training loop.
 
 1. **Frame encoder** — ``core.vision.PatchifyEncoder2D`` pre-trained on per-frame truth (which
-   (shape, colour) pairs are on screen, how many objects), then frozen; its embeddings are cached.
-2. **Answerer** — a question token reads the frame embeddings (with their times) through
+   (shape, colour) pairs are on screen, how many objects) through two linear probes, then frozen;
+   the probes' probabilities (57 numbers per frame) are what the cache holds.
+2. **Answerer** — each frame is encoded with the question and its deviation from the clip's mean
+   frame; a question token reads those frames (with their times) through
    ``layers`` cross-attention blocks; a head scores the answer vocabulary and the 4 options'
    scores are the option logits. Trained on uniform frames and on dense clips (plain clip QA):
    no grounding, reflection or other tool-use traces.
@@ -80,9 +82,31 @@ class EncoderPretrainer(nn.Module):
         return self.pairs(z), self.count(z)
 
 
+FEATURE_DIM = N_PAIRS + MAX_COUNT + 1
+
+
+class FrameFeaturizer(nn.Module):
+    """The frozen frame representation that is cached: the probes' probabilities, ``P(shape, colour on
+    screen)`` (50) and ``P(object count)`` (7) — a readable, fixed-size description of one frame."""
+
+    def __init__(self, pretrainer: EncoderPretrainer) -> None:
+        super().__init__()
+        self.model = pretrainer
+        self.embed_dim = FEATURE_DIM
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pair_logits, count_logits = self.model(x)
+        return torch.cat([torch.sigmoid(pair_logits), torch.softmax(count_logits, dim=-1)], dim=-1)
+
+
+def make_featurizer(ep: EncoderParams) -> FrameFeaturizer:
+    return FrameFeaturizer(EncoderPretrainer(make_encoder(ep))).eval()
+
+
 def pretrain_encoder(frames: np.ndarray, pairs: np.ndarray, count: np.ndarray, ep: EncoderParams, seed: int,
-                     live_dir: Path | str | None = None) -> tuple[PatchifyEncoder2D, list[dict]]:
-    """Multi-label pairs (BCE) + object count (CE) on truth-labelled frames; returns the encoder and its loss curve."""
+                     live_dir: Path | str | None = None) -> tuple[FrameFeaturizer, list[dict]]:
+    """Multi-label pairs (BCE) + object count (CE) on truth-labelled frames; returns the frozen featurizer
+    (encoder + probes) and the loss curve."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = EncoderPretrainer(make_encoder(ep))
@@ -106,7 +130,7 @@ def pretrain_encoder(frames: np.ndarray, pairs: np.ndarray, count: np.ndarray, e
     if live is not None:
         live.end()
     model.eval()
-    return model.encoder, history
+    return FrameFeaturizer(model).eval(), history
 
 
 # ---------------------------------------------------------------- shared inputs
@@ -130,7 +154,9 @@ class Answerer(nn.Module):
     def __init__(self, embed_dim: int, ap: AnswererParams) -> None:
         super().__init__()
         d = ap.d_model
-        self.frame_in = nn.Sequential(nn.Linear(embed_dim + N_TIME_FEATURES, d), nn.GELU(), nn.Linear(d, d))
+        # Each frame is read together with the question and with its deviation from the clip's mean
+        # frame, so "the circle's colour here" and "what is unusual here" are one layer away.
+        self.frame_in = nn.Sequential(nn.Linear(2 * embed_dim + N_TIME_FEATURES + d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
         self.qtype = nn.Embedding(len(QTYPES), d)
         self.shape = nn.Embedding(len(SHAPES), d)
         self.attn = nn.ModuleList(nn.MultiheadAttention(d, ap.heads, batch_first=True) for _ in range(ap.layers))
@@ -143,8 +169,9 @@ class Answerer(nn.Module):
     def forward(self, emb: torch.Tensor, times: torch.Tensor, qtype: torch.Tensor, shape: torch.Tensor,
                 options: torch.Tensor) -> torch.Tensor:
         """``emb`` B × N × E, ``times`` B × N in [0, 1], ``options`` B × 4 vocabulary ids → B × 4 option logits."""
-        h = self.norm_kv(self.frame_in(torch.cat([emb, time_features(times)], dim=-1)))
         q = (self.qtype(qtype) + self.shape(shape))[:, None]
+        dev = emb - emb.mean(dim=1, keepdim=True)
+        h = self.norm_kv(self.frame_in(torch.cat([emb, dev, time_features(times), q.expand(-1, emb.shape[1], -1)], dim=-1)))
         for attn, norm, mlp in zip(self.attn, self.norm_q, self.mlp):
             q = q + attn(norm(q), h, h, need_weights=False)[0]
             q = q + mlp(q)

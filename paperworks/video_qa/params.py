@@ -25,7 +25,8 @@ class WorldParams(StrictModel):
     event_frames: tuple[int, int] = (4, 8)  # 2–4 s at 2 fps
     n_visible: tuple[int, int] = (3, 4)     # objects on screen at frame 0 (inclusive); + 1 that enters later
     sizes: list[SizeName] = Field(default_factory=lambda: ["large"], min_length=1)
-    questions_per_video: int = Field(3, ge=1, le=8)
+    questions_per_video: int = Field(3, ge=1, le=8)  # dev and test videos
+    train_all_candidates: bool = Field(True, description="training videos give every question their script allows")
     mix: dict[QType, float] = Field(default_factory=lambda: {"global": 0.4, "local": 0.3, "temporal": 0.15, "counting": 0.15})
 
     @model_validator(mode="after")
@@ -109,8 +110,8 @@ class GateParams(StrictModel):
 class CostParams(StrictModel):
     """The CPU-ms model of a question (measured by benchmarks/video_qa_speed.py, one thread)."""
 
-    ms_per_frame: float = Field(0.26, gt=0, le=1000, description="render + encode one frame")
-    ms_per_call: float = Field(1.0, gt=0, le=1000, description="one answerer or scorer forward on one question")
+    ms_per_frame: float = Field(0.12, gt=0, le=1000, description="render + encode one frame")
+    ms_per_call: float = Field(0.5, gt=0, le=1000, description="one answerer or scorer forward on one question")
 
 
 class ClaimsParams(StrictModel):

@@ -174,7 +174,11 @@ def build_world(wp: WorldParams, global_seed: int) -> tuple[list[dict], list[Que
             vid = f"{split}-{i:04d}"
             spec = make_video(seed, wp)
             rng = np.random.default_rng(derive_seed(global_seed, "video_qa", "questions", vid))
-            chosen = draw_questions(candidate_questions(Scene(spec, wp.size, wp.size), vid, rng), wp, rng)
+            cands = candidate_questions(Scene(spec, wp.size, wp.size), vid, rng)
+            if split == "train" and wp.train_all_candidates:  # more training questions, same videos
+                chosen = [qq for t in QTYPES for qq in cands[t]]
+            else:
+                chosen = draw_questions(cands, wp, rng)
             for j, qq in enumerate(chosen):
                 questions.append(Question(**{**qq.__dict__, "qid": f"{vid}-q{j}"}))
             videos.append({"split": split, "video": vid, "seed": seed, "spec": spec.model_dump_json()})

@@ -31,12 +31,12 @@ def main() -> None:
              for v, k in zip(train, per_video) if k]
     frames, pairs, count = (np.concatenate(x) for x in zip(*parts))
     t1 = time.process_time()
-    encoder, history = pretrain_encoder(frames, pairs, count, p.encoder, derive_seed(seed, "video_qa", "encoder"),
+    featurizer, history = pretrain_encoder(frames, pairs, count, p.encoder, derive_seed(seed, "video_qa", "encoder"),
                                         live_dir=PLOTS / "live_encoder")
     t2 = time.process_time()
     with atomic_path(FRAMES) as tmp:  # the whole cache appears at once, or not at all
-        save_model(tmp / "encoder.safetensors", encoder)
-        encode_videos(encoder, specs, p.world.size, tmp)
+        save_model(tmp / "encoder.safetensors", featurizer)
+        encode_videos(featurizer, specs, p.world.size, tmp)
     t3 = time.process_time()
     write_run_log("video_qa_frames", {"truth_frames": len(frames), "render_truth_s": t1 - t0, "pretrain_s": t2 - t1,
                                       "encode_all_s": t3 - t2, "frames_encoded": sum(s.n_frames for s in specs.values())})

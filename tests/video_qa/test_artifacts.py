@@ -8,7 +8,7 @@ from paperworks.core.io import ArtifactError
 from paperworks.core.render.scene import Scene
 from paperworks.core.vision import encode_batched, frames_to_tensor
 from paperworks.video_qa.artifacts import encode_videos, load_frame_table, load_model, save_model
-from paperworks.video_qa.models import Answerer, make_encoder
+from paperworks.video_qa.models import FEATURE_DIM, Answerer, make_featurizer
 from paperworks.video_qa.params import AnswererParams, EncoderParams, WorldParams
 from paperworks.video_qa.world import make_video
 
@@ -18,7 +18,7 @@ WP = WorldParams(n_train_videos=2, n_dev_videos=2, n_test_videos=2, n_frames=120
 @pytest.fixture()
 def cache(tmp_path):
     torch.manual_seed(0)
-    encoder = make_encoder(EncoderParams(pretrain_frames=64, steps=10)).eval()
+    encoder = make_featurizer(EncoderParams(pretrain_frames=64, steps=10))
     specs = {"v0": make_video(1, WP), "v1": make_video(2, WP)}
     index = encode_videos(encoder, specs, 32, tmp_path)
     return tmp_path, encoder, specs, index
@@ -27,7 +27,7 @@ def cache(tmp_path):
 def test_cache_round_trip(cache):
     root, encoder, specs, _ = cache
     table, rows = load_frame_table(["v1", "v0"], root)
-    assert table.shape == (2, 120, 64) and table.dtype == torch.float16 and rows == {"v1": 0, "v0": 1}
+    assert table.shape == (2, 120, FEATURE_DIM) and table.dtype == torch.float16 and rows == {"v1": 0, "v0": 1}
     direct = encode_batched(encoder, Scene(specs["v1"], 32, 32).frames(range(120)), prepare=frames_to_tensor)
     torch.testing.assert_close(table[0].float(), direct.half().float())
 
@@ -64,9 +64,9 @@ def test_truncated_missing_and_swapped_entries(cache):
 
 def test_checkpoint_must_fit_the_model(tmp_path):
     ap = AnswererParams(steps=10)
-    save_model(tmp_path / "a.safetensors", Answerer(64, ap))
-    load_model(tmp_path / "a.safetensors", Answerer(64, ap))
+    save_model(tmp_path / "a.safetensors", Answerer(FEATURE_DIM, ap))
+    load_model(tmp_path / "a.safetensors", Answerer(FEATURE_DIM, ap))
     with pytest.raises(ArtifactError, match="does not fit the model"):
         load_model(tmp_path / "a.safetensors", Answerer(32, ap))
     with pytest.raises(ArtifactError, match="missing"):
-        load_model(tmp_path / "absent.safetensors", Answerer(64, ap))
+        load_model(tmp_path / "absent.safetensors", Answerer(FEATURE_DIM, ap))

@@ -6,7 +6,7 @@ import torch
 from paperworks.core.adaptive import confidence_signals
 from paperworks.core.render.scene import Scene
 from paperworks.core.vision import encode_batched, frames_to_tensor
-from paperworks.video_qa.models import Answerer, RelevanceScorer, make_encoder
+from paperworks.video_qa.models import FEATURE_DIM, Answerer, RelevanceScorer, make_featurizer
 from paperworks.video_qa.params import AnswererParams, EncoderParams, PipelineParams, ScorerParams, WorldParams
 from paperworks.video_qa.pipeline import (
     VARIANTS,
@@ -30,8 +30,8 @@ Q = Question("v", "v-q0", "local", "circle", "What colour did the circle flash?"
 @pytest.fixture(scope="module")
 def models():
     torch.manual_seed(0)
-    encoder = make_encoder(EncoderParams(pretrain_frames=64, steps=10)).eval()
-    answerer = Answerer(64, AnswererParams(steps=10)).eval()
+    encoder = make_featurizer(EncoderParams(pretrain_frames=64, steps=10))
+    answerer = Answerer(FEATURE_DIM, AnswererParams(steps=10)).eval()
     spec = make_video(3, WP)
     table = encode_batched(encoder, Scene(spec, 32, 32).frames(range(WP.n_frames)), prepare=frames_to_tensor).half()
     return encoder, answerer, spec, table
@@ -39,7 +39,7 @@ def models():
 
 def constant_scorer(logit: float) -> RelevanceScorer:
     """A scorer whose relevance is sigmoid(logit) for every frame (last layer zeroed)."""
-    s = RelevanceScorer(64, ScorerParams(steps=10))
+    s = RelevanceScorer(FEATURE_DIM, ScorerParams(steps=10))
     with torch.no_grad():
         s.net[-1].weight.zero_()
         s.net[-1].bias.fill_(logit)
