@@ -65,29 +65,36 @@ def _cosine(opt: torch.optim.Optimizer, steps: int) -> torch.optim.lr_scheduler.
 # ---------------------------------------------------------------- 1. frame encoder
 def make_encoder(ep: EncoderParams) -> PatchifyEncoder2D:
     widths = tuple(ep.widths)
-    return PatchifyEncoder2D(EncoderConfig(widths=widths, strides=(2,) * (len(widths) - 1), embed_dim=ep.embed_dim))
+    return PatchifyEncoder2D(EncoderConfig(widths=widths, strides=tuple(ep.strides), embed_dim=ep.embed_dim))
 
 
 class EncoderPretrainer(nn.Module):
-    """The encoder plus two linear probes on its embedding: (shape, colour) pairs on screen, object count."""
+    """The encoder plus two linear probes on its embedding: each shape's colour (or absent), object count."""
 
     def __init__(self, encoder: PatchifyEncoder2D) -> None:
         super().__init__()
         self.encoder = encoder
-        self.pairs = nn.Linear(encoder.embed_dim, N_PAIRS)
+        self.shape_colour = nn.Linear(encoder.embed_dim, len(SHAPES) * (len(COLOURS) + 1))
         self.count = nn.Linear(encoder.embed_dim, MAX_COUNT + 1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         z = self.encoder(x)
-        return self.pairs(z), self.count(z)
+        return self.shape_colour(z).view(len(x), len(SHAPES), len(COLOURS) + 1), self.count(z)
 
 
-FEATURE_DIM = N_PAIRS + MAX_COUNT + 1
+def shape_colour_targets(pairs: np.ndarray) -> np.ndarray:
+    """(shape, colour) multi-hot ``N × 50`` → per shape its colour index, or 10 when absent (``N × 5``).
+    Shapes are distinct inside a video, so a frame shows each shape in at most one colour."""
+    grid = pairs.reshape(len(pairs), len(SHAPES), len(COLOURS)) > 0
+    return np.where(grid.any(axis=2), grid.argmax(axis=2), len(COLOURS)).astype(np.int64)
+
+
+FEATURE_DIM = len(SHAPES) * (len(COLOURS) + 1) + MAX_COUNT + 1
 
 
 class FrameFeaturizer(nn.Module):
-    """The frozen frame representation that is cached: the probes' probabilities, ``P(shape, colour on
-    screen)`` (50) and ``P(object count)`` (7) — a readable, fixed-size description of one frame."""
+    """The frozen frame representation that is cached: the probes' probabilities, ``P(colour of each
+    shape | frame)`` (5 × 11, absent included) and ``P(object count)`` (7) — 62 numbers per frame."""
 
     def __init__(self, pretrainer: EncoderPretrainer) -> None:
         super().__init__()
@@ -95,8 +102,8 @@ class FrameFeaturizer(nn.Module):
         self.embed_dim = FEATURE_DIM
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        pair_logits, count_logits = self.model(x)
-        return torch.cat([torch.sigmoid(pair_logits), torch.softmax(count_logits, dim=-1)], dim=-1)
+        colour_logits, count_logits = self.model(x)
+        return torch.cat([torch.softmax(colour_logits, dim=-1).flatten(1), torch.softmax(count_logits, dim=-1)], dim=-1)
 
 
 def make_featurizer(ep: EncoderParams) -> FrameFeaturizer:
@@ -105,28 +112,28 @@ def make_featurizer(ep: EncoderParams) -> FrameFeaturizer:
 
 def pretrain_encoder(frames: np.ndarray, pairs: np.ndarray, count: np.ndarray, ep: EncoderParams, seed: int,
                      live_dir: Path | str | None = None) -> tuple[FrameFeaturizer, list[dict]]:
-    """Multi-label pairs (BCE) + object count (CE) on truth-labelled frames; returns the frozen featurizer
-    (encoder + probes) and the loss curve."""
+    """Each shape's colour (CE over 11, averaged over shapes) + object count (CE) on truth-labelled
+    frames; returns the frozen featurizer (encoder + probes) and the loss curve."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = EncoderPretrainer(make_encoder(ep))
     opt = _adamw(model, ep.lr)
     sched = _cosine(opt, ep.steps)
-    frames_t, pairs_t, count_t = torch.from_numpy(frames), torch.from_numpy(pairs), torch.from_numpy(count)
+    frames_t, colour_t, count_t = torch.from_numpy(frames), torch.from_numpy(shape_colour_targets(pairs)), torch.from_numpy(count)
     live, history = _live(live_dir), []
     model.train()
     for step in tqdm(range(ep.steps), desc="encoder", mininterval=10, disable=ep.steps < 100):
         idx = torch.from_numpy(rng.integers(0, len(frames), size=ep.batch_size))
-        pair_logits, count_logits = model(frames_to_tensor(frames_t[idx]))
-        loss = F.binary_cross_entropy_with_logits(pair_logits, pairs_t[idx]) * 10 + F.cross_entropy(count_logits, count_t[idx])
+        colour_logits, count_logits = model(frames_to_tensor(frames_t[idx]))
+        loss = F.cross_entropy(colour_logits.flatten(0, 1), colour_t[idx].flatten()) + F.cross_entropy(count_logits, count_t[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
         if step % ep.log_every == 0 or step == ep.steps - 1:
             with torch.no_grad():
-                pair_acc = ((pair_logits > 0).float() == pairs_t[idx]).all(dim=1).float().mean()
-            _log(live, history, {"step": step, "loss": float(loss.detach()), "pairs_exact": float(pair_acc)})
+                colour_acc = (colour_logits.argmax(-1) == colour_t[idx]).float().mean()
+            _log(live, history, {"step": step, "loss": float(loss.detach()), "colour_accuracy": float(colour_acc)})
     if live is not None:
         live.end()
     model.eval()

@@ -51,12 +51,21 @@ class EncoderParams(StrictModel):
     """Patchify frame encoder pre-trained on per-frame truth, then frozen; embeddings cached."""
 
     widths: list[int] = Field(default_factory=lambda: [16, 32, 64], min_length=2, max_length=4)
+    strides: list[int] = Field(default_factory=lambda: [2, 2], min_length=1, max_length=3,
+                               json_schema_extra={"repeats": True}, description="one per width after the first")
     embed_dim: int = Field(64, ge=8, le=512)
-    pretrain_frames: int = Field(ge=64, le=500_000)  # truth-labelled frames drawn from training videos
+    pretrain_frames: int = Field(ge=64, le=500_000)  # truth-labelled frames …
+    pretrain_scenes: int = Field(2000, ge=1, le=100_000)  # … spread over this many scenes of their own
     steps: int = Field(ge=10, le=200_000)
     batch_size: int = Field(64, ge=4, le=1024)
     lr: float = Field(2e-3, gt=0, le=1)
     log_every: int = Field(25, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _strides(self) -> "EncoderParams":
+        if len(self.strides) != len(self.widths) - 1 or not all(1 <= s <= 4 for s in self.strides):
+            raise ValueError(f"strides {self.strides}: need one stride in 1..4 per width after the first ({len(self.widths) - 1})")
+        return self
 
 
 class AnswererParams(StrictModel):

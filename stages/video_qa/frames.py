@@ -14,22 +14,25 @@ from paperworks.core.stage import stage_main
 from paperworks.video_qa.artifacts import FRAMES, PLOTS, encode_videos, read_world, save_model
 from paperworks.video_qa.models import pretrain_encoder
 from paperworks.video_qa.params import Params
-from paperworks.video_qa.world import frame_targets
+from paperworks.video_qa.world import frame_targets, make_video
 
 
 @stage_main
 def main() -> None:
     p = load_section("video_qa", Params)
     seed = global_seed(read_params_file())
-    videos, _, specs = read_world()
-    train = sorted(videos.loc[videos["split"] == "train", "video"])
+    _, _, specs = read_world()
+    # Pre-training frames come from scenes of their own (never asked about): frames of one video
+    # share a layout and objects, so a few hundred videos teach the encoder those scenes, not colours.
     rng = np.random.default_rng(derive_seed(seed, "video_qa", "pretrain_frames"))
-    per_video = np.bincount(rng.integers(0, len(train), size=p.encoder.pretrain_frames), minlength=len(train))
+    per_scene = -(-p.encoder.pretrain_frames // p.encoder.pretrain_scenes)
     t0 = time.process_time()
-    parts = [frame_targets(Scene(specs[v], p.world.size, p.world.size),
-                           np.sort(rng.choice(specs[v].n_frames, size=min(k, specs[v].n_frames), replace=False)))
-             for v, k in zip(train, per_video) if k]
-    frames, pairs, count = (np.concatenate(x) for x in zip(*parts))
+    parts = []
+    for i in range(p.encoder.pretrain_scenes):
+        spec = make_video(derive_seed(seed, "video_qa", "pretrain_scene", i) % 10**8, p.world)
+        ts = np.sort(rng.choice(spec.n_frames, size=min(per_scene, spec.n_frames), replace=False))
+        parts.append(frame_targets(Scene(spec, p.world.size, p.world.size), ts))
+    frames, pairs, count = (np.concatenate(x)[: p.encoder.pretrain_frames] for x in zip(*parts))
     t1 = time.process_time()
     featurizer, history = pretrain_encoder(frames, pairs, count, p.encoder, derive_seed(seed, "video_qa", "encoder"),
                                         live_dir=PLOTS / "live_encoder")
@@ -40,7 +43,7 @@ def main() -> None:
     t3 = time.process_time()
     write_run_log("video_qa_frames", {"truth_frames": len(frames), "render_truth_s": t1 - t0, "pretrain_s": t2 - t1,
                                       "encode_all_s": t3 - t2, "frames_encoded": sum(s.n_frames for s in specs.values())})
-    print(f"encoder: loss {history[0]['loss']:.3f} → {history[-1]['loss']:.3f}, pairs exact {history[-1]['pairs_exact']:.2f}")
+    print(f"encoder: loss {history[0]['loss']:.3f} → {history[-1]['loss']:.3f}, colour accuracy {history[-1]['colour_accuracy']:.2f}")
 
 
 if __name__ == "__main__":
