@@ -74,11 +74,15 @@ class EncoderPretrainer(nn.Module):
     def __init__(self, encoder: PatchifyEncoder2D) -> None:
         super().__init__()
         self.encoder = encoder
+        width = encoder.cfg.widths[-1]
+        # Max-pooling keeps "some place shows a red circle" (a mean dilutes it by the object's area).
+        self.pool = nn.Sequential(nn.Linear(2 * width, encoder.embed_dim), nn.GELU())
         self.shape_colour = nn.Linear(encoder.embed_dim, len(SHAPES) * (len(COLOURS) + 1))
         self.count = nn.Linear(encoder.embed_dim, MAX_COUNT + 1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        z = self.encoder(x)
+        fmap = self.encoder.forward_features(x)
+        z = self.pool(torch.cat([fmap.amax(dim=(2, 3)), fmap.mean(dim=(2, 3))], dim=1))
         return self.shape_colour(z).view(len(x), len(SHAPES), len(COLOURS) + 1), self.count(z)
 
 
