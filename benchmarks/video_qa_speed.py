@@ -58,7 +58,9 @@ def cost_constants(n_frames: int = 600) -> dict[str, float]:
     torch.manual_seed(0)
     wp = WorldParams(n_train_videos=2, n_dev_videos=2, n_test_videos=2)
     scene = Scene(make_video(1, wp), 64, 64)
-    encoder = make_featurizer(EncoderParams(pretrain_frames=64, steps=10))
+    from paperworks.core.profile import compose
+
+    encoder = make_featurizer(EncoderParams(**compose("default", REPO / "conf")["video_qa"]["encoder"]))  # the default's sizes
     ts = list(range(n_frames))
     render = fastest(lambda: scene.frames(ts)) / n_frames
     frames = scene.frames(ts)

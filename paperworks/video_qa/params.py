@@ -119,7 +119,7 @@ class GateParams(StrictModel):
 class CostParams(StrictModel):
     """The CPU-ms model of a question (measured by benchmarks/video_qa_speed.py, one thread)."""
 
-    ms_per_frame: float = Field(0.12, gt=0, le=1000, description="render + encode one frame")
+    ms_per_frame: float = Field(0.18, gt=0, le=1000, description="render + encode one frame")
     ms_per_call: float = Field(0.5, gt=0, le=1000, description="one answerer or scorer forward on one question")
 
 
