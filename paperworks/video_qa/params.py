@@ -106,7 +106,10 @@ class PipelineParams(StrictModel):
     max_rounds: int = Field(3, ge=1, le=10)         # R: reflection rounds (1 = no reflection)
     resample_frames: int = Field(64, ge=0, le=4096)  # RGR: new frames per reflection round
     segments: int = Field(16, ge=2, le=512)          # RGR's frame-rate map resolution
-    relevance_threshold: float = Field(0.5, gt=0, lt=1)  # the crop passes the check when its peak relevance ≥ this
+    relevance_threshold: float = Field(0.5, gt=0, lt=1)  # the crop passes the check when its peak relevance ≥ this …
+    check_precision: float | None = Field(0.5, gt=0, lt=1, description=(
+        "… unless set: then the threshold is the lowest relevance at which, over every frame of the dev "
+        "videos, at least this share of frames is inside the question's evidence span (fitted on dev)"))
     rgr_floor: float = Field(0.1, ge=0, le=1, description="share of resampled frames spread uniformly (the rest ∝ relevance)")
 
 

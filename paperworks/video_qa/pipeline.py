@@ -160,7 +160,8 @@ def resample(rel_frames: dict[int, float], ruled_out: np.ndarray, n_frames: int,
 def evidence_stage(source: FrameSource, answerer: Answerer, scorer: RelevanceScorer, q: Question, pp: PipelineParams,
                    global_idx: np.ndarray, global_emb: torch.Tensor, rng: np.random.Generator,
                    max_rounds: int | None = None, rgr: bool = True) -> Stage2Trace:
-    """Stage 2 (see the module docstring); ``max_rounds``/``rgr`` override params for the ablations."""
+    """Stage 2 (see the module docstring); ``max_rounds``/``rgr`` override params for the ablations.
+    The check uses ``pp.relevance_threshold`` (the infer stage sets it to the dev-fitted value)."""
     rounds_cap = pp.max_rounds if max_rounds is None else max_rounds
     n = source.n_frames
     context = global_emb.mean(dim=0)
@@ -292,3 +293,36 @@ def run_question(frames: torch.Tensor, answerer: Answerer, scorer: RelevanceScor
         logits = answer_logits(answerer, frames[torch.from_numpy(idx)].float(), idx, n, q)
         out.append(record(variant, logits, len(idx), 1, (int(idx[0]), int(idx[-1]) + 1)))
     return out, full
+
+
+def fit_check_threshold(table: torch.Tensor, video_row: dict[str, int], questions: list[Question], scorer: RelevanceScorer,
+                        pp: PipelineParams) -> tuple[float, dict]:
+    """The relevance check's threshold from dev: the lowest score at which the frames scoring at least
+    that much are inside their question's evidence span at least ``check_precision`` of the time.
+
+    The scorer is trained on balanced (question, frame) pairs, so 0.5 is the boundary under a 50 %
+    prior; in a video a local question's evidence is ~0.5 % of the frames, and the check must hold
+    at that base rate. Falls back to ``relevance_threshold`` when unset or never reached.
+    """
+    if pp.check_precision is None or not questions:
+        return pp.relevance_threshold, {"fitted": False}
+    n = table.shape[1]
+    gidx = uniform_indices(n, pp.global_frames)
+    scores, labels = [], []
+    for q in questions:
+        frames = table[video_row[q.video]].float()
+        scores.append(relevance(scorer, frames, frames[torch.from_numpy(gidx)].mean(dim=0), q))
+        lab = np.zeros(n, dtype=bool)
+        lab[q.ev_start:q.ev_end] = True
+        labels.append(lab)
+    s, y = np.concatenate(scores), np.concatenate(labels)
+    order = np.argsort(-s, kind="stable")
+    ranked = s[order]
+    precision = np.cumsum(y[order]) / np.arange(1, len(s) + 1)   # of the top-k frames, the share inside a span
+    ends = np.nonzero(np.append(ranked[1:] != ranked[:-1], True))[0]  # only whole groups of tied scores
+    ok = ends[precision[ends] >= pp.check_precision]
+    if not len(ok):
+        return pp.relevance_threshold, {"fitted": False, "max_precision": float(precision[ends].max())}
+    threshold = float(ranked[ok.max()])
+    return threshold, {"fitted": True, "frames": int(len(s)), "frames_above": int(ok.max() + 1),
+                       "base_rate": float(y.mean())}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
-from paperworks.core.io import atomic_path, read_parquet, write_json, write_text
+from paperworks.core.io import atomic_path, read_json, read_parquet, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
@@ -47,6 +47,7 @@ def main() -> None:
         "summary": report.summary(e, p),
         "gate": report.gate_block(e, p),
         "preconditions": pre,
+        "relevance_check": read_json(INFER / "check_threshold.json"),
         "training_runs": 1,
     })
     for c in claims:

@@ -14,6 +14,7 @@ from paperworks.video_qa.pipeline import (
     RenderedFrames,
     VideoQA,
     evidence_stage,
+    fit_check_threshold,
     gate_exits,
     global_pass,
     parse_question,
@@ -137,3 +138,32 @@ def test_run_question_records_every_variant(models):
     assert by["stage2"]["frames"] > by["stage2_no_rgr"]["frames"] > by["stage2_one_round"]["frames"] > PP.global_frames
     assert by["oracle_window"]["hit"] and by["oracle_window"]["frames"] == PP.window_frames
     assert trace.rounds == PP.max_rounds
+
+
+def marker_scorer() -> RelevanceScorer:
+    """Relevance ≈ 0.97 where the frame's first feature is 1, ≈ 0 where it is 0 (hand-set weights)."""
+    s = RelevanceScorer(FEATURE_DIM, ScorerParams(steps=10))
+    with torch.no_grad():
+        for layer in (s.net[0], s.net[2], s.net[4]):
+            layer.weight.zero_()
+            layer.bias.zero_()
+        s.net[0].weight[0, 0] = 1.0
+        s.net[2].weight[0, 0] = 1.0
+        s.net[4].weight[0, 0], s.net[4].bias[0] = 20.0, -10.0
+    return s.eval()
+
+
+def test_check_threshold_is_fitted_on_dev_frames():
+    n = 120
+    table = torch.zeros(2, n, FEATURE_DIM, dtype=torch.float16)
+    qs = [Question("a", "a-q", "local", "circle", "", ("red", "blue", "green", "white"), 0, 10, 16),
+          Question("b", "b-q", "local", "square", "", ("red", "blue", "green", "white"), 0, 50, 56)]
+    table[0, 10:16, 0] = 1.0
+    table[1, 50:56, 0] = 1.0
+    pp = PipelineParams(global_frames=8, window_frames=6, check_precision=0.5)
+    threshold, fit = fit_check_threshold(table, {"a": 0, "b": 1}, qs, marker_scorer(), pp)
+    assert fit["fitted"] and fit["frames_above"] == 12 and 0.9 < threshold < 1.0
+    table[0, 80:100, 0] = 1.0   # 20 marked frames outside any span: precision of the top frames falls to 12/32
+    threshold, fit = fit_check_threshold(table, {"a": 0, "b": 1}, qs, marker_scorer(), pp)
+    assert not fit["fitted"] and threshold == pp.relevance_threshold
+    assert fit_check_threshold(table, {"a": 0, "b": 1}, qs, marker_scorer(), pp.model_copy(update={"check_precision": None}))[0] == 0.5
