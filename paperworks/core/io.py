@@ -221,7 +221,14 @@ def load_safetensors(path: Path | str, expected_shapes: Mapping[str, tuple[int, 
 
 
 def safetensors_metadata(path: Path | str) -> dict[str, str]:
+    """The metadata of a safetensors file; a missing or unreadable file raises :class:`ArtifactError`."""
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as fh:
-        return dict(fh.metadata() or {})
+    path = Path(path)
+    if not path.exists():
+        raise ArtifactError(f"{path}: missing (run the upstream stage first)")
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return dict(fh.metadata() or {})
+    except Exception as e:  # noqa: BLE001 - any failure to read the header is corruption
+        raise ArtifactError(f"{path}: corrupt safetensors file ({e})") from None

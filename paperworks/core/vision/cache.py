@@ -90,10 +90,7 @@ class EmbeddingCache:
         if not path.exists():
             return None
         tensors = load_safetensors(path)  # unreadable header / truncation → ArtifactError
-        try:
-            meta = safetensors_metadata(path)
-        except Exception as e:  # noqa: BLE001 - any failure to read the header is corruption
-            raise ArtifactError(f"{path}: corrupt cache entry ({e})") from None
+        meta = safetensors_metadata(path)
         if set(tensors) != {TENSOR_NAME}:
             raise ArtifactError(f"{path}: corrupt cache entry (tensors {sorted(tensors)}, expected ['{TENSOR_NAME}'])")
         if meta.get("key") != key:

@@ -245,12 +245,7 @@ def save_hybrid_checkpoint(model: HybridLM, path: Path | str, extra: dict | None
 
 def load_hybrid_checkpoint(path: Path | str) -> HybridLM:
     path = Path(path)
-    if not path.exists():
-        raise ArtifactError(f"{path}: missing (run the upstream stage first)")
-    try:
-        meta = safetensors_metadata(path)
-    except Exception as e:
-        raise ArtifactError(f"{path}: corrupt safetensors file ({e})") from None
+    meta = safetensors_metadata(path)
     if "hybrid_lm_config" not in meta:
         raise ArtifactError(f"{path}: no hybrid_lm_config in metadata")
     model = HybridLM(HybridLMConfig.model_validate(json.loads(meta["hybrid_lm_config"])))
