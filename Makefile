@@ -42,8 +42,11 @@ run: setup
 	$(PY) -m flows.report_guard
 	$(PY) -m paperworks.core.report --recompute --readme README.md
 
+# Two workers (pytest-xdist): the smoke-copy tests run as two ordered groups, one per worker
+# (tests/conftest.py); the unit tests fill the gaps. PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # make profile P=smoke|default|paper
 profile: setup

@@ -11,6 +11,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if XDIST_WORKER:
+    # Two workers share two cores: one thread each, in this process (set before torch is
+    # imported) and in every stage it starts.
+    for var in ("PAPERWORKS_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(var, "1")
 
 
 def repo_files(root: Path = REPO) -> list[str]:
@@ -60,6 +66,13 @@ def smoke_repo(tmp_path_factory) -> Path:
     """
     dest = copy_repo(tmp_path_factory.mktemp("smoke_repo"))
     run([sys.executable, "-m", "paperworks.core.profile", "smoke"], cwd=dest)
+    if XDIST_WORKER:
+        # Under `pytest -n 2` each worker fills its own copy with its own tracks (see
+        # SMOKE_GROUPS); one DVC cache for both lets the whole-DAG tests restore the other
+        # worker's stages from DVC's run cache instead of training them a second time.
+        shared = tmp_path_factory.getbasetemp().parent / "shared-dvc-cache"
+        shared.mkdir(exist_ok=True)
+        dvc(dest, "cache", "dir", "--local", str(shared))
     return dest
 
 
@@ -82,6 +95,27 @@ def pytest_collection_modifyitems(config, items) -> None:
         return 2 if item.get_closest_marker("integration") else 0
 
     items.sort(key=rank)  # stable: file order kept inside each group
+    for item in items:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+# `make test` runs two pytest-xdist workers (--dist loadgroup). The smoke-copy tests of one
+# group run in order on one worker, in that worker's copy: group A holds the Prefect run,
+# the whole-DAG checks and the tracks before them; group B the others. The groups are sized
+# so that B plus the unit tests take about as long as A on 2 cores.
+SMOKE_GROUP_B = {"person_search", "protocol_distill", "video_qa"}
+
+
+def xdist_group(item) -> str | None:
+    names = set(getattr(item, "fixturenames", ()))
+    if "smoke_repo" in names:
+        track = Path(str(item.fspath)).relative_to(REPO / "tests").parts[0]
+        return "smoke-b" if track in SMOKE_GROUP_B else "smoke-a"
+    if "prefect_api" in names:
+        return "prefect-api"  # one temporary Prefect server, not one per worker
+    return None
 
 
 VERDICT_PREFIXES = ("method better", "baseline better", "unresolved", "non-inferior", "inferior beyond", "equivalent",

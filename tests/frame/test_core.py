@@ -174,6 +174,17 @@ def test_safetensors_shapes_are_checked(tmp_path: Path) -> None:
         load_safetensors(tmp_path / "x.safetensors")
 
 
+def test_seed_everything_turns_deterministic_kernels_on_without_loading_inductor() -> None:
+    """The stage seed switches torch to deterministic kernels (so a stage that uses a
+    nondeterministic op warns) and does not pay for importing torch._inductor."""
+    code = ("import sys, torch; from paperworks.core.seeding import seed_everything; "
+            "assert not torch.are_deterministic_algorithms_enabled(); seed_everything(3); "
+            "print(torch.are_deterministic_algorithms_enabled(), "
+            "torch.is_deterministic_algorithms_warn_only_enabled(), 'torch._inductor.config' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "True", "False"]
+
+
 def test_derive_seed_is_stable() -> None:
     assert derive_seed(1, "control", 3) == derive_seed(1, "control", 3)
     assert derive_seed(1, "control", 3) != derive_seed(1, "control", 4)
