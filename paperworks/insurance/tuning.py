@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from typing import Callable
 
 import optuna
@@ -26,8 +27,24 @@ def study_name(prefix: str, config: str, search_space: dict) -> str:
     return f"{prefix}{config}-{digest}"
 
 
+def _rdb_storage(storage_url: str, heartbeat_s: int, grace_s: int, attempts: int = 5) -> optuna.storages.RDBStorage:
+    """Optuna creates its tables on first open; two workers opening a fresh PostgreSQL database at
+    once race on that (one gets a UniqueViolation on the type catalogue). The loser retries: by then
+    the tables exist and opening is a no-op."""
+    from sqlalchemy.exc import IntegrityError
+
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(storage_url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
+        except IntegrityError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
 def open_study(name: str, storage_url: str, seed: int, heartbeat_s: int = 60, grace_s: int = 120) -> optuna.Study:
-    storage = optuna.storages.RDBStorage(storage_url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
+    storage = _rdb_storage(storage_url, heartbeat_s, grace_s)
     study = optuna.create_study(
         study_name=name, storage=storage, direction="maximize", load_if_exists=True,
         # sampler and pruner are not stored with the study: pass them on every open
