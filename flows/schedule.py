@@ -75,7 +75,15 @@ def wait_healthy(api_url: str, timeout: float = 120.0) -> None:
 
 
 def start_server(port: int, home: Path, host: str = "127.0.0.1") -> subprocess.Popen:
-    """``prefect server start`` on ``host`` (loopback by default) with its SQLite database under ``home``."""
+    """``prefect server start`` on ``host`` (loopback by default) with its SQLite database under ``home``.
+
+    Not ``prefect server start --background``: that detaches the server from this command (it
+    outlives Ctrl-C or a crash here until someone runs ``prefect server stop``) and keeps one
+    background server per Prefect home; here the server lives exactly as long as the schedule
+    that needs it (its own process group, stopped in ``finally``), with its log in
+    ``<home>/server.log``. For a server that outlives the schedule, start one yourself (with or
+    without ``--background``) and pass ``--api-url``.
+    """
     check_bind(host)
     home.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false", DO_NOT_TRACK="1")

@@ -79,6 +79,8 @@ def _json_default(obj: Any) -> Any:
         return obj.tolist()
     if isinstance(obj, Path):
         return str(obj)
+    if type(obj).__name__ == "UndeclaredParam":  # core.params: a key the stage does not declare
+        obj.fail()
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 

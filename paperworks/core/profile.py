@@ -4,6 +4,16 @@
 and ``conf/paper`` hold sparse overlays. ``python -m paperworks.core.profile smoke``
 rewrites ``params.yaml`` (with ``profile: smoke`` at the top, so the switch shows up
 in ``dvc exp show``). Experiments then tweak single keys with ``dvc exp run -S``.
+
+Why not DVC's Hydra composition (``hydra.enabled`` in ``.dvc/config``), which would let
+``dvc exp run -S profile=smoke`` switch a profile: with it on, *every* ``dvc exp run`` recomposes
+``params.yaml`` from ``conf/`` and its default choices, so on a workspace switched with
+``make profile P=smoke`` a plain ``dvc exp run -S control.tree.max_depth=5`` would silently run
+the default profile (minutes of training instead of seconds) unless each command repeats the
+profile; and Hydra's merge accepts an overlay key the default section lacks, which
+:func:`deep_merge` refuses (a typo in ``conf/smoke`` fails here, before any work). So the
+profile is switched here, once per workspace, and ``-S`` changes single keys (the profile label
+is not a switch: params_check validates whatever the keys say).
 """
 from __future__ import annotations
 

@@ -94,17 +94,48 @@ def precondition_lines(metrics: dict) -> list[str]:
     return out
 
 
+# The README's table is for scanning: one row per headline claim (the ≤ 3 a track stakes its
+# result on), the columns a reader needs to judge it, and one row per track counting the
+# exploratory claims, whose full records (metric, means, interval method, preconditions) are on
+# the track page, which keeps every column (claims_markdown above).
+SCAN_COLUMNS = ["track", "profile", "claim", "better", "kind", "difference [95% CI]", "clusters × units", "verdict"]
+
+
+def scan_row(track: str, profile: str, r: dict) -> list[str]:
+    kind = r["kind"].replace("_", "-") + (f" ±{r['margin']:g}" if r.get("margin") else "")
+    diff = "–" if r["diff"] is None else f"{_fmt(r['diff'], True)} [{_fmt(r['ci_low'], True)}, {_fmt(r['ci_high'], True)}]"
+    better = "higher ↑" if r["direction"].startswith("higher") else "lower ↓"
+    return [track, profile, r["statement"], better, kind, diff, r["units"]["label"], f"**{r['verdict']}**"]
+
+
+def exploratory_row(track: str, profile: str, records: list[dict]) -> list[str] | None:
+    if not records:
+        return None
+    counts: dict[str, int] = {}
+    for r in records:
+        verdict = "not tested" if r["verdict"].startswith("not tested") else r["verdict"]
+        counts[verdict] = counts.get(verdict, 0) + 1
+    said = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return [track, profile, f"+ {len(records)} exploratory claim{'s' * (len(records) != 1)}: "
+            f"[docs/tracks/{track}.md](docs/tracks/{track}.md)", "", "", "", "", said]
+
+
 def results_table(metrics_dir: Path | str = "metrics") -> str:
-    rows = []
+    """The README's results table: per track its headline claims, then one row counting the rest."""
+    lines = []
     for path in sorted(Path(metrics_dir).glob("*.json")):
         metrics = json.loads(path.read_text())
         claims = metrics.get("claims", [])
-        if claims:
-            rows.append(claims_markdown(claims, with_track=f"{path.stem}|{metrics.get('profile', '?')}").splitlines()[2:])
-    if not rows:
+        if not claims:
+            continue
+        track, profile = path.stem, str(metrics.get("profile", "?"))
+        rows = [scan_row(track, profile, r) for r in claims if r["role"] == "headline"]
+        rows.append(exploratory_row(track, profile, [r for r in claims if r["role"] != "headline"]))
+        lines += ["| " + " | ".join(row) + " |" for row in rows if row is not None]
+    if not lines:
         return "_No metrics yet: run `make run`._\n"
-    head = claims_markdown([], with_track="").splitlines()
-    return "\n".join(head + [line for block in rows for line in block]) + "\n"
+    head = ["| " + " | ".join(SCAN_COLUMNS) + " |", "|" + " --- |" * len(SCAN_COLUMNS)]
+    return "\n".join(head + lines) + "\n"
 
 
 def inject(readme_text: str, table: str, start: str = START, end: str = END) -> str:

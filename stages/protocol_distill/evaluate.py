@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from paperworks.core.io import ArtifactError, atomic_path, read_json, read_parquet, write_json, write_text  # noqa: E402
@@ -15,28 +16,42 @@ from paperworks.core.claims import (  # noqa: E402
 )
 from paperworks.core.params import global_seed, load_section, read_params_file  # noqa: E402
 from paperworks.core.stage import stage_main  # noqa: E402
+from paperworks.core.stats import mean_ci  # noqa: E402
 from paperworks.protocol_distill import artifacts as A  # noqa: E402
 from paperworks.protocol_distill.params import Params  # noqa: E402
 from paperworks.protocol_distill.report import (  # noqa: E402
     claim_specs, preconditions, privileged_gap_table, question_units, summary_table,
 )
+from paperworks.protocol_distill.world import MULTI_HOP_SETS  # noqa: E402
 
 log = logging.getLogger("paperworks.protocol_distill")
 
 
-def plot_em(summary: pd.DataFrame, path) -> None:
-    sizes = sorted(summary["size"].unique())
-    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4), squeeze=False)
+def em_figure(df: pd.DataFrame, confidence: float):
+    """EM per run on single- and multi-hop sets: the mean over seeds with its t interval over seeds
+    (each seed is one online training run, the cluster the claims use)."""
+    sizes = sorted(df["size"].unique())
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 4.5), squeeze=False)
+    multi = df["qset"].isin(MULTI_HOP_SETS)
     for ax, size in zip(axes[0], sizes):
-        s = summary[summary["size"] == size].sort_values("run")
-        x = range(len(s))
-        ax.bar([i - 0.2 for i in x], s.em_single_hop, width=0.4, label="single-hop EM")
-        ax.bar([i + 0.2 for i in x], s.em_multi_hop, width=0.4, label="multi-hop EM")
-        ax.set_xticks(list(x), s.run, rotation=45, ha="right")
-        ax.set_title(f"student size: {size}")
+        d = df[df["size"] == size]
+        runs = sorted(d["run"].unique())
+        for offset, (label, part) in zip((-0.2, 0.2), (("single-hop EM", d[~multi.loc[d.index]]), ("multi-hop EM", d[multi.loc[d.index]]))):
+            cis = [mean_ci(part[part["run"] == r].groupby("seed")["em"].mean().values, confidence) for r in runs]
+            means = np.array([c["mean"] for c in cis])
+            # one seed has no interval: no bar drawn rather than an infinite one
+            err = np.array([[c["mean"] - c["ci_low"], c["ci_high"] - c["mean"]] if c["n"] > 1 else [0.0, 0.0] for c in cis]).T
+            ax.bar(np.arange(len(runs)) + offset, means, width=0.4, yerr=err, capsize=3, label=label)
+        ax.set_xticks(range(len(runs)), runs, rotation=45, ha="right")
+        ax.set_title(f"student size: {size} (bars: mean over {d['seed'].nunique()} seeds, {confidence:.0%} t interval)")
         ax.set_ylim(0, 1)
         ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_em(df: pd.DataFrame, path, confidence: float) -> None:
+    fig = em_figure(df, confidence)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
@@ -72,7 +87,7 @@ def main() -> None:
     sweep = summary[summary.run.str.startswith(f"mapd_{p.teachers[0]}")][["size", "run", "kl_coef", "em_avg", "em_multi_hop", "seeds"]]
     with atomic_path(A.PLOTS / "lambda_sweep.csv") as tmp:
         sweep.sort_values(["size", "kl_coef"]).to_csv(tmp, index=False, float_format="%.4f")
-    plot_em(summary, A.PLOTS / "em_by_method.png")
+    plot_em(df, A.PLOTS / "em_by_method.png", ev.confidence)
     brief = {f"{r['size']}/{r['run']}": {"em_avg": r["em_avg"], "em_multi_hop": r["em_multi_hop"], "mean_length": r["mean_length"],
                                          "style_drift": r["style_drift"], "unsupported": r["unsupported"], "no_answer": r["no_answer"]}
              for r in summary.to_dict("records")}

@@ -222,17 +222,29 @@ def test_rank_metrics_by_hand() -> None:
 # ------------------------------------------------------------------ report
 
 def test_results_table_is_generated_from_claims(tmp_path: Path) -> None:
+    """The README table: per track its headline claims first (direction, kind, clusters × units,
+    verdict), then one row counting the exploratory claims and linking the track page; the
+    track page's table keeps every column."""
     from paperworks.core.claims import ClaimSpec, EvidenceParams, evaluate_claims, unit_table
+    from paperworks.core.report import track_claims_block
 
     table = unit_table([{"arm": a, "cluster": s, "unit": 0, "value": v}
                         for s, (x, y) in enumerate([(0.9, 0.5), (0.8, 0.6), (0.85, 0.55)]) for a, v in (("A", x), ("B", y))])
-    spec = ClaimSpec(id="a_vs_b", statement="A beats B", table="t", metric="ndcg@3", method="A", baseline="B",
-                     unit="seed", cluster="seed", role="headline")
-    c = evaluate_claims([spec], {"t": table}, [], EvidenceParams(), seed=0, track="t")
+    specs = [ClaimSpec(id="b_vs_a", statement="B loses less than A", table="t", metric="loss", method="B", baseline="A",
+                       unit="seed", cluster="seed", higher_is_better=False),
+             ClaimSpec(id="a_vs_b", statement="A beats B", table="t", metric="ndcg@3", method="A", baseline="B",
+                       unit="seed", cluster="seed", role="headline")]
+    c = evaluate_claims(specs, {"t": table}, [], EvidenceParams(), seed=0, track="t")
     (tmp_path / "t.json").write_text(json.dumps({"profile": "smoke", "claims": c}))
     out = results_table(tmp_path)
-    assert "| t | smoke | headline | A beats B | ndcg@3 (higher is better) | superiority |" in out
-    assert "A 0.850 vs B 0.550 | +0.300 [" in out and "| 3 seeds |" in out and "**method better**" in out
+    rows = out.splitlines()
+    assert rows[0] == "| track | profile | claim | better | kind | difference [95% CI] | clusters × units | verdict |"
+    assert rows[2].startswith("| t | smoke | A beats B | higher ↑ | superiority | +0.300 [") and rows[2].endswith(
+        "| 3 seeds | **method better** |")
+    assert rows[3] == ("| t | smoke | + 1 exploratory claim: [docs/tracks/t.md](docs/tracks/t.md) |  |  |  |  | "
+                       "1 method better |") and len(rows) == 4
+    page = track_claims_block({"profile": "smoke", "claims": c}, "t")
+    assert "B loses less than A | loss (lower is better)" in page and "A 0.850 vs B 0.550" in page
     readme = "# x\n<!-- results:start -->\nold\n<!-- results:end -->\ntail\n"
     assert inject(readme, out) == f"# x\n<!-- results:start -->\n{out}<!-- results:end -->\ntail\n"
 
