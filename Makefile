@@ -46,7 +46,7 @@ run: setup
 # (tests/conftest.py); the unit tests fill the gaps. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 test: setup
-	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS)
 
 # make profile P=smoke|default|paper
 profile: setup
