@@ -137,13 +137,15 @@ def claim_specs(p: Params, recipes: set[str]) -> list[ClaimSpec]:
 
 
 def bounded_table(teacher_evals: dict[int, dict], pairs: dict[tuple[int, int], dict]) -> pd.DataFrame:
-    """Disturbed closed loop, one row per (policy, pair): share within bounds and worst amplitudes."""
+    """Disturbed closed loop, one row per (policy, pair): episodes within bounds, stopped episodes and
+    the worst amplitudes of the episodes that ran to the end."""
     rows = []
     for (t, d), res in sorted(pairs.items()):
         for name, b in (("teacher", teacher_evals[t]["disturbed"]), ("headline", res["disturbed"])):
-            rows.append({"recipe": name, "teacher": t, "draw": d, "within": b["within"], "episodes": b["episodes"],
-                         "worst_theta": b["worst_theta"], "worst_x": b["worst_x"],
-                         "median_max_theta": float(np.median(b["max_abs_theta"]))})
+            rows.append({"recipe": name, "teacher": t, "draw": d, "within": b["within"], "stopped": b["stopped"],
+                         "episodes": b["episodes"],
+                         "worst_theta": np.nan if b["worst_theta"] is None else b["worst_theta"],
+                         "worst_x": np.nan if b["worst_x"] is None else b["worst_x"]})
     return pd.DataFrame(rows)
 
 

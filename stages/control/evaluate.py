@@ -62,10 +62,13 @@ def main() -> None:
     bounded = bounded_table(teacher_evals, pairs)
     bsum = {}
     for name, gb in bounded.groupby("recipe", sort=False):
+        ran = gb["worst_theta"].notna().any()
         bsum[name] = {"within_rate": float(gb["within"].sum() / gb["episodes"].sum()),
+                      "stopped_rate": float(gb["stopped"].sum() / gb["episodes"].sum()),
                       "pairs_all_within": int((gb["within"] == gb["episodes"]).sum()), "pairs": len(gb),
-                      "worst_theta": float(gb["worst_theta"].max()), "worst_x": float(gb["worst_x"].max()),
-                      "median_worst_theta": float(gb["worst_theta"].median())}
+                      "worst_theta": float(gb["worst_theta"].max()) if ran else None,
+                      "worst_x": float(gb["worst_x"].max()) if ran else None,
+                      "median_worst_theta": float(gb["worst_theta"].median()) if ran else None}
     dist = p.eval.disturbance
     training = {str(t): {k: te["training"][k] for k in ("solved", "seed", "replaced_seeds", "steps_to_first_pass",
                                                           "kept_step", "env_steps")}

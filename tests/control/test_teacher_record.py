@@ -99,8 +99,9 @@ def test_boundedness_counts_completed_episodes_inside_both_bounds():
     xs = [np.array([0.0, 0.3]), np.array([0.0, 0.1]), np.array([0.0, -0.95])]
     b = boundedness(thetas, xs, [True, True, False], theta_bound=0.12, x_bound=0.9)
     assert b["within_each"] == [True, False, False]     # 2nd: |θ| 0.15 > 0.12; 3rd: stopped early (and |x| 0.95)
-    assert b["within"] == 1 and b["episodes"] == 3
-    assert b["worst_theta"] == 0.15 and b["worst_x"] == 0.95
+    assert b["within"] == 1 and b["episodes"] == 3 and b["stopped"] == 1
+    assert b["worst_theta"] == 0.15 and b["worst_x"] == 0.3      # over the episodes that ran to the end
+    assert boundedness(thetas[2:], xs[2:], [False], 0.12, 0.9)["worst_theta"] is None
     with pytest.raises(ValueError):
         boundedness(thetas, xs[:2], [True, True], 0.1, 0.9)
 
