@@ -66,7 +66,8 @@ def main() -> None:
             if args.reuse_teachers and name.startswith("control_teacher@"):
                 t = name.split("@")[1]
                 recorded = ROOT / f"logs/control/teacher_{t}.json"  # written by the stage, outside its outputs
-                wall = json.loads(recorded.read_text())["wall_s"] if recorded.exists() else float("nan")
+                wall = (sum(a["wall_s"] for a in json.loads(recorded.read_text())["attempts"]) if recorded.exists()
+                        else float("nan"))
                 rows.append((name, wall, float("nan"), float("nan"), "(recorded)"))
                 continue
             wall, rss, cpu = run_child(stage.cmd, repo, env)

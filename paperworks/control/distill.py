@@ -1,5 +1,9 @@
 """Distil the teacher into a depth-limited regression tree — behaviour cloning on noisy
-rollouts (the paper), plus two iterative fixes the paper did not implement:
+rollouts (the paper), plus two iterative fixes the paper did not implement. Every method
+gets the same selection budget: it fits ``n`` candidate trees and keeps the one with the
+best mean return on the pair's validation episodes (behaviour cloning: the full data plus
+``n - 1`` bootstrap resamples; VIPER and DAgger: their ``n`` iterates), so a gain of VIPER or
+DAgger is the method's, not a larger pick.
 
 * VIPER (Bastani et al. 2018): resample states in proportion to the critic's Q-gap
   ℓ(s) = max_a Q(s,a) − min_a Q(s,a), roll out the current tree, label its states with
@@ -16,8 +20,8 @@ import numpy as np
 from sklearn.tree import DecisionTreeRegressor
 
 from paperworks.control.env import Episode, MixedPolicy, Policy, run_episode
-from paperworks.control.measures import (distinct_values, error_summary, quantization_error, steady_state_amplitude,
-                                         switches_per_second)
+from paperworks.control.measures import (boundedness, distinct_values, error_summary, quantization_error,
+                                         steady_state_amplitude, switches_per_second)
 from paperworks.control.policies import Actor, Critic, MAX_TORQUE
 from paperworks.control.tree import TreePolicy, tree_features
 
@@ -28,11 +32,13 @@ class Recipe:
     kd: float | None          # None: no Pole Urgency feature
     depth: int
     method: str = "bc"        # "bc" | "viper" | "dagger"
+    candidates: int = 1       # bc: trees fitted and picked from on validation episodes
 
     @property
     def key(self) -> str:
         kd = "none" if self.kd is None else f"{self.kd:g}"
-        return f"{self.method}|sigma={self.sigma:g}|kd={kd}|depth={self.depth}"
+        pick = f"|best-of-{self.candidates}" if self.method == "bc" and self.candidates > 1 else ""
+        return f"{self.method}|sigma={self.sigma:g}|kd={kd}|depth={self.depth}{pick}"
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,24 @@ def fit_tree(states: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
     reg = DecisionTreeRegressor(max_depth=depth, min_samples_leaf=min_samples_leaf, random_state=seed)
     reg.fit(tree_features(states, kd), labels, sample_weight=weights)
     return TreePolicy.from_sklearn(reg, kd)
+
+
+def bootstrap_candidates(states, labels, weights, kd, depth: int, min_samples_leaf: int, n: int, seed: int
+                         ) -> list[TreePolicy]:
+    """Behaviour cloning's ``n`` candidates: the full data, then ``n - 1`` bootstrap resamples of its rows."""
+    rng = np.random.default_rng([seed, 3])
+    trees = [fit_tree(states, labels, weights, kd, depth, min_samples_leaf, seed)]
+    for i in range(1, n):
+        idx = rng.integers(len(states), size=len(states))
+        trees.append(fit_tree(states[idx], labels[idx], weights[idx], kd, depth, min_samples_leaf, seed + i))
+    return trees
+
+
+def pick_best(trees: list[TreePolicy], cfg: "IterConfig") -> tuple[TreePolicy, list[dict]]:
+    """The candidate with the best mean validation return (the first of equals)."""
+    vals = [mean_return(t, cfg.env_id, cfg.validation_seeds, cfg.max_steps) for t in trees]
+    best = int(np.argmax(vals))
+    return trees[best], [{"candidate": i, "validation_return": v, "picked": i == best} for i, v in enumerate(vals)]
 
 
 def run_episodes(policy: Policy, env_id: str, seeds, max_steps: int, **noise) -> list[Episode]:
@@ -146,3 +170,22 @@ def behaviour(episodes: list[Episode], teacher: Actor | None, dt: float, deadban
 
 def trace(ep: Episode) -> dict[str, list[float]]:
     return {"theta": ep.states[:, 1].tolist(), "action": ep.applied_actions.tolist()}
+
+
+def short_behaviour(episodes: list[Episode]) -> dict:
+    """Balance count and returns only (the hard held-out set)."""
+    rets = np.array([e.ret for e in episodes])
+    return {"balanced": int(sum(e.balanced for e in episodes)), "episodes": len(episodes),
+            "mean_return": float(rets.mean()), "min_return": float(rets.min())}
+
+
+def disturbed_response(policy: Policy, env_id: str, seeds, pulse_seeds, max_steps: int, dist) -> dict:
+    """Closed loop under bounded torque pulses (``dist``: the eval.disturbance params) from the
+    given starts, scored by :func:`boundedness`."""
+    from paperworks.control.env import pulse_train
+
+    eps = [run_episode(policy, env_id, int(s), max_steps,
+                       disturbance=pulse_train(int(ps), max_steps, dist.pulse_amplitude, dist.pulse_steps, dist.pulse_every))
+           for s, ps in zip(seeds, pulse_seeds)]
+    return boundedness([e.states[:, 1] for e in eps], [e.states[:, 0] for e in eps], [e.balanced for e in eps],
+                       dist.theta_bound, dist.x_bound)

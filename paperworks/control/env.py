@@ -73,18 +73,27 @@ def run_episode(
     action_sigma: float = 0.0,
     obs_noise: float = 0.0,
     reset_noise_scale: float | None = None,
+    disturbance: np.ndarray | None = None,
 ) -> Episode:
-    """One episode; every random choice (reset, action/obs noise) comes from ``seed``."""
+    """One episode; every random choice (reset, action/obs noise) comes from ``seed``.
+
+    ``disturbance`` (one torque per step) is added to the policy's output before the clip to
+    the actuator range: a bounded input the controller did not choose.
+    """
+    if disturbance is not None and len(disturbance) < max_steps:
+        raise ValueError(f"disturbance has {len(disturbance)} steps, the episode up to {max_steps}")
     env = make_env(env_id, reset_noise_scale)
     rng = np.random.default_rng([seed, 7])  # noise stream independent of the env's reset stream
     obs, _ = env.reset(seed=seed)
     states, clean, applied = [], [], []
     ret, terminated = 0.0, False
     act = np.zeros(1)
-    for _ in range(max_steps):
+    for step in range(max_steps):
         seen = obs + obs_noise * rng.standard_normal(obs.shape) if obs_noise > 0 else obs
         a = float(policy(seen))
         u = float(np.clip(a + action_sigma * rng.standard_normal(), -MAX_TORQUE, MAX_TORQUE)) if action_sigma > 0 else a
+        if disturbance is not None:
+            u = float(np.clip(u + disturbance[step], -MAX_TORQUE, MAX_TORQUE))
         states.append(obs.copy())
         clean.append(a)
         applied.append(u)
@@ -95,6 +104,16 @@ def run_episode(
             break
     return Episode(seed, np.asarray(states).reshape(-1, 4), np.asarray(clean), np.asarray(applied), ret,
                    balanced=not terminated and len(states) == max_steps)
+
+
+def pulse_train(seed: int, steps: int, amplitude: float, width: int, every: int) -> np.ndarray:
+    """Torque pulses of ±``amplitude`` (random sign), ``width`` steps long, one every ``every`` steps
+    from a random phase: a bounded disturbance, the same for every policy scored on ``seed``."""
+    rng = np.random.default_rng([seed, 13])
+    d = np.zeros(steps)
+    for start in range(int(rng.integers(every)), steps, every):
+        d[start:start + width] = amplitude * rng.choice([-1.0, 1.0])
+    return d
 
 
 class MixedPolicy:

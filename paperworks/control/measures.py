@@ -47,3 +47,21 @@ def steady_state_amplitude(theta: np.ndarray, start: int) -> float:
 
 def distinct_values(actions: np.ndarray, decimals: int = 6) -> int:
     return int(len(np.unique(np.round(np.asarray(actions, dtype=np.float64), decimals))))
+
+
+def boundedness(thetas: list[np.ndarray], xs: list[np.ndarray], completed: list[bool], theta_bound: float,
+                x_bound: float) -> dict:
+    """Bounded response of a set of disturbed episodes: an episode is within bounds when it ran to
+    the end (the env stops one once |θ| > 0.2) and kept |θ| <= theta_bound and |x| <= x_bound
+    throughout. Worst amplitudes are over the episodes that ran to the end (a stopped one left the
+    bound at its last step, which is not recorded); ``stopped`` counts the others."""
+    if not (len(thetas) == len(xs) == len(completed)) or not thetas:
+        raise ValueError("boundedness needs one θ series, x series and completion flag per episode")
+    max_theta = [float(np.max(np.abs(t))) for t in thetas]
+    max_x = [float(np.max(np.abs(x))) for x in xs]
+    within = [bool(c and mt <= theta_bound and mx <= x_bound) for c, mt, mx in zip(completed, max_theta, max_x)]
+    ran = [i for i, c in enumerate(completed) if c]
+    return {"within": int(sum(within)), "episodes": len(within), "stopped": len(within) - len(ran), "within_each": within,
+            "worst_theta": max((max_theta[i] for i in ran), default=None),
+            "worst_x": max((max_x[i] for i in ran), default=None),
+            "max_abs_theta": max_theta, "max_abs_x": max_x, "completed": [bool(c) for c in completed]}

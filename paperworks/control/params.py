@@ -31,21 +31,29 @@ class GridParams(StrictModel):
 
 
 class TeacherParams(StrictModel):
-    total_timesteps: int = Field(..., ge=100, le=2_000_000)
+    total_timesteps: int = Field(..., ge=100, le=2_000_000, description="cap of env steps per training attempt")
     learning_starts: int = Field(..., ge=1)
     learning_rate: float = Field(..., gt=0, le=1e-1)
     net_arch: list[int] = Field(..., min_length=1, json_schema_extra={"repeats": True})  # layer sizes may repeat
     batch_size: int = Field(..., ge=1)
     buffer_size: int = Field(..., ge=1000, le=10_000_000)  # SB3 preallocates it
     exploration_noise: float = Field(..., ge=0, le=1, description="std of Gaussian action noise, fraction of max torque")
-    eval_every: int = Field(..., ge=100, description="env steps between deterministic evaluations")
-    eval_episodes: int = Field(..., ge=1)
-    stop_after_solved_evals: int = Field(..., ge=0, description="stop once this many evaluations in a row return 1000 (0 = never)")
+    eval_every: int = Field(..., ge=100, description="env steps between deterministic validation evaluations")
+    validation_episodes: int = Field(..., ge=1, description="teacher-validation episodes per evaluation (own seeds)")
+    validation_wide_episodes: int = Field(..., ge=0, description="how many of them start at validation_wide_reset_noise")
+    validation_wide_reset_noise: float = Field(..., gt=0, le=1, description="reset_noise_scale of the wide-start validation episodes (env default 0.01)")
+    stop_after_passes: int = Field(..., ge=1, description="stop once this many evaluations in a row balance every validation episode")
+    reserve_attempts: int = Field(..., ge=0, le=10, description="reserve seeds a slot trains, one after another, when an attempt ends at the cap without a pass")
 
     @model_validator(mode="after")
     def _budget(self) -> "TeacherParams":
         if self.learning_starts >= self.total_timesteps:
             raise ValueError(f"learning_starts ({self.learning_starts}) must be < total_timesteps ({self.total_timesteps})")
+        if self.eval_every > self.total_timesteps:
+            raise ValueError(f"eval_every ({self.eval_every}) must be <= total_timesteps ({self.total_timesteps})")
+        if self.validation_wide_episodes > self.validation_episodes:
+            raise ValueError(f"validation_wide_episodes ({self.validation_wide_episodes}) must be <= "
+                             f"validation_episodes ({self.validation_episodes})")
         if any(n < 1 for n in self.net_arch):
             raise ValueError(f"net_arch sizes must be >= 1, got {self.net_arch}")
         return self
@@ -72,6 +80,9 @@ class TreeParams(StrictModel):
     kd: float = Field(..., ge=0, le=10, description="Pole Urgency derivative gain: θ + kd·θ̇")
     pole_urgency: bool = Field(True, description="add the Pole Urgency feature to the headline recipe")
     min_samples_leaf: int = Field(..., ge=1)
+    selection_candidates: int = Field(..., ge=1, le=50, description=(
+        "trees every claimed recipe fits and picks from on the validation episodes (bootstrap resamples; "
+        "candidate 0 is the full data); VIPER and DAgger get the same budget: iterations + 1 candidates"))
     depth_sweep: list[int] = Field(..., min_length=1)
     kd_sweep: list[float] = Field(..., min_length=1)
 
@@ -97,14 +108,32 @@ class DaggerParams(StrictModel):
     beta_decay: float = Field(..., ge=0, le=1, description="β_i = beta0 · beta_decay^(i-1)")
 
 
+class DisturbanceParams(StrictModel):
+    """Bounded input for the boundedness test: torque pulses added to the controller's output."""
+
+    pulse_amplitude: float = Field(..., ge=0, le=3, description="|pulse| in torque units (sign random per pulse)")
+    pulse_steps: int = Field(..., ge=1, description="steps each pulse lasts")
+    pulse_every: int = Field(..., ge=2, description="steps from one pulse's start to the next")
+    theta_bound: float = Field(..., gt=0, le=0.2, description="|θ| bound (rad); the env ends an episode at 0.2")
+    x_bound: float = Field(..., gt=0, le=1, description="|x| bound of the cart (the rail ends at ±1)")
+
+    @model_validator(mode="after")
+    def _pulses_fit(self) -> "DisturbanceParams":
+        if self.pulse_steps >= self.pulse_every:
+            raise ValueError(f"pulse_steps ({self.pulse_steps}) must be < pulse_every ({self.pulse_every})")
+        return self
+
+
 class EvalParams(StrictModel):
-    episodes: int = Field(..., ge=1, description="fixed held-out episodes per policy")
-    validation_episodes: int = Field(..., ge=1, description="episodes VIPER/DAgger use to pick their best iteration")
-    reset_noise_scale: float = Field(..., gt=0, le=1, description="harder initial-state noise for the robustness test (env default 0.01)")
-    obs_noise: float = Field(..., ge=0, le=1, description="std of Gaussian observation noise for the robustness test")
+    episodes: int = Field(..., ge=1, description="fixed held-out episodes per policy (nominal starts, and the hard set)")
+    validation_episodes: int = Field(..., ge=1, description="episodes every recipe uses to pick among its candidates")
+    reset_noise_scale: float = Field(..., gt=0, le=1, description="hard held-out set: initial-state noise (env default 0.01)")
+    obs_noise: float = Field(..., ge=0, le=1, description="hard held-out set: std of Gaussian observation noise")
     deadband: float = Field(..., ge=0, le=3, description="|action| below this counts as 0 in the dead-band chattering measure")
     steady_from: int = Field(..., ge=0, description="step from which θ amplitude counts as steady state")
-    success_pairs: float = Field(0.9, gt=0, le=1, description="target share of pairs at n/n balanced")
+    trace_window_s: float = Field(2.5, gt=0, le=40, description="length of the torque/θ trace plot, from steady_from on")
+    disturbance: DisturbanceParams
+    success_pairs: float = Field(0.9, gt=0, le=1, description="target share of pairs at n/n balanced (report only)")
 
 
 class ClaimParams(StrictModel):
@@ -123,3 +152,16 @@ class Params(StrictModel):
     dagger: DaggerParams
     eval: EvalParams
     claims: ClaimParams = ClaimParams()
+
+    @model_validator(mode="after")
+    def _same_selection_budget(self) -> "Params":
+        # a gain of VIPER/DAgger over the headline recipe must be the method's, not a larger pick
+        n = self.tree.selection_candidates
+        for name in ("viper", "dagger"):
+            it = getattr(self, name).iterations
+            if it + 1 != n:
+                raise ValueError(f"{name}.iterations + 1 ({it + 1}) must equal tree.selection_candidates ({n}): "
+                                 "every method picks from the same number of trees on the validation episodes")
+        if self.eval.steady_from >= self.env.max_steps:
+            raise ValueError(f"eval.steady_from ({self.eval.steady_from}) must be < env.max_steps ({self.env.max_steps})")
+        return self

@@ -1,14 +1,20 @@
-"""TD3 teacher: Stable-Baselines3's TD3 configured as the paper / TD3 paper / CleanRL.
+"""TD3 teacher: Stable-Baselines3's TD3 configured as the paper / TD3 paper / CleanRL, trained
+until it provably balances, keeping its best checkpoint.
 
 Twin critics, clipped target-policy noise (0.2, clip 0.5), delayed actor updates
 (every 2 critic steps), actor 2×256 ReLU with tanh scaled to ±3, lr 3e-4. SB3's own
-defaults differ (lr 1e-3, [400, 300]); we set them explicitly. A callback evaluates
-the deterministic policy every ``eval_every`` env steps on fixed evaluation seeds,
-logs the curve (dvclive) and stops once the policy has returned 1000 for
-``stop_after_solved_evals`` evaluations in a row.
+defaults differ (lr 1e-3, [400, 300]); we set them explicitly.
+
+Every ``eval_every`` env steps the deterministic policy runs the teacher-validation episodes
+(their own seeds; some start at a wider reset noise). An evaluation *passes* when every
+episode balances for the full episode. The best checkpoint by minimum validation return
+(ties: the later one, which closed the longer run of passes) is kept in memory and is what
+the run returns — never simply the last policy, which TD3 may have unlearned. Training stops
+after ``stop_after_passes`` passing evaluations in a row, or at the step cap.
 """
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -16,14 +22,13 @@ from typing import Callable
 import numpy as np
 
 from paperworks.control.env import route_mujoco_log, run_episode
-
-SOLVED_RETURN = 1000.0
+from paperworks.control.policies import Actor, NumpyMLP
 
 
 @dataclass(frozen=True)
 class TD3Config:
     env_id: str = "InvertedPendulum-v5"
-    total_timesteps: int = 40_000
+    total_timesteps: int = 100_000
     learning_starts: int = 1_000
     learning_rate: float = 3e-4
     net_arch: tuple[int, ...] = (256, 256)
@@ -35,18 +40,26 @@ class TD3Config:
     policy_delay: int = 2
     target_policy_noise: float = 0.2
     target_noise_clip: float = 0.5
-    eval_every: int = 1_000
-    eval_episodes: int = 3
-    stop_after_solved_evals: int = 3
+    eval_every: int = 2_000
+    stop_after_passes: int = 3
     max_steps: int = 1000
     sb3_defaults: bool = False   # True: SB3's own defaults (for the benchmark), ignoring lr/net/starts/batch
+
+
+@dataclass(frozen=True)
+class ValidationEpisode:
+    seed: int
+    reset_noise_scale: float | None = None   # None: the env's default start noise
 
 
 @dataclass
 class TrainResult:
     model: object
-    curve: list[dict] = field(default_factory=list)   # {"step", "eval_return", "eval_min"}
-    steps_to_solved: int | None = None                 # env steps at the first evaluation returning 1000
+    curve: list[dict] = field(default_factory=list)   # {"step", "eval_return", "eval_min", "passed"}
+    steps_to_first_pass: int | None = None
+    best_step: int | None = None                       # the checkpoint the model now holds
+    best_min_return: float = float("-inf")
+    solved: bool = False                               # the kept checkpoint passed its evaluation
     env_steps: int = 0
     wall_s: float = 0.0
 
@@ -70,53 +83,63 @@ def build_model(cfg: TD3Config, seed: int):
     )
 
 
-def deterministic_policy(model) -> Callable[[np.ndarray], float]:
-    import torch
-
-    def act(obs: np.ndarray) -> float:
-        with torch.no_grad():
-            a = model.actor(torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1))
-        return float(model.policy.unscale_action(a.numpy())[0, 0])
-
-    return act
+def numpy_actor(model) -> Actor:
+    """The SB3 actor's current weights as our numpy Actor (≈10× faster per single state)."""
+    linears = [m for m in model.actor.mu if hasattr(m, "weight")]
+    return Actor(NumpyMLP([(lin.weight.detach().numpy(), lin.bias.detach().numpy()) for lin in linears]))
 
 
-def train_td3(cfg: TD3Config, seed: int, eval_seeds: list[int], log: Callable[[dict], None] | None = None,
-              progress: bool = True) -> TrainResult:
-    """Train; ``log`` receives each evaluation point (the stage sends it to dvclive)."""
+def validate(act: Callable[[np.ndarray], float], cfg: TD3Config, episodes: list[ValidationEpisode]) -> np.ndarray:
+    """Returns of the deterministic policy on the teacher-validation episodes."""
+    return np.array([run_episode(act, cfg.env_id, e.seed, cfg.max_steps, reset_noise_scale=e.reset_noise_scale).ret
+                     for e in episodes])
+
+
+def train_td3(cfg: TD3Config, seed: int, validation: list[ValidationEpisode],
+              log: Callable[[dict], None] | None = None, progress: bool = True) -> TrainResult:
+    """Train one seed; ``log`` receives each evaluation point (the stage sends it to dvclive)."""
     from stable_baselines3.common.callbacks import BaseCallback
     from tqdm import tqdm
 
+    if not validation:
+        raise ValueError("train_td3 needs at least one validation episode")
     model = build_model(cfg, seed)
     result = TrainResult(model=model)
+    best_state: dict = {}
     bar = tqdm(total=cfg.total_timesteps, desc=f"TD3 seed {seed}", unit="step", disable=not progress, mininterval=2)
 
-    class EvalStop(BaseCallback):
+    class EvalKeepBestStop(BaseCallback):
         def __init__(self):
             super().__init__()
-            self.solved_in_row = 0
+            self.passes_in_row = 0
 
         def _on_step(self) -> bool:
             bar.update(1)
             step = self.num_timesteps
             if step % cfg.eval_every:
                 return True
-            act = deterministic_policy(model)
-            rets = [run_episode(act, cfg.env_id, s, cfg.max_steps).ret for s in eval_seeds[: cfg.eval_episodes]]
-            point = {"step": step, "eval_return": float(np.mean(rets)), "eval_min": float(np.min(rets))}
+            rets = validate(numpy_actor(model), cfg, validation)
+            passed = bool(rets.min() >= cfg.max_steps)   # reward 1 per step: every episode balanced to the end
+            point = {"step": step, "eval_return": float(rets.mean()), "eval_min": float(rets.min()), "passed": passed}
             result.curve.append(point)
             if log:
                 log(point)
-            solved = point["eval_min"] >= SOLVED_RETURN * cfg.max_steps / 1000
-            if solved and result.steps_to_solved is None:
-                result.steps_to_solved = step
-            self.solved_in_row = self.solved_in_row + 1 if solved else 0
-            bar.set_postfix(ret=f"{point['eval_return']:.0f}")
-            return not (cfg.stop_after_solved_evals and self.solved_in_row >= cfg.stop_after_solved_evals)
+            if passed and result.steps_to_first_pass is None:
+                result.steps_to_first_pass = step
+            if point["eval_min"] >= result.best_min_return:
+                result.best_min_return, result.best_step, result.solved = point["eval_min"], step, passed
+                best_state["actor"] = copy.deepcopy(model.actor.state_dict())
+                best_state["critic"] = copy.deepcopy(model.critic.state_dict())
+            self.passes_in_row = self.passes_in_row + 1 if passed else 0
+            bar.set_postfix(ret=f"{point['eval_return']:.0f}", passes=self.passes_in_row)
+            return self.passes_in_row < cfg.stop_after_passes
 
     t0 = time.perf_counter()
-    model.learn(total_timesteps=cfg.total_timesteps, callback=EvalStop())
+    model.learn(total_timesteps=cfg.total_timesteps, callback=EvalKeepBestStop())
     bar.close()
     result.wall_s = time.perf_counter() - t0
     result.env_steps = int(model.num_timesteps)
+    if best_state:   # hand back the kept checkpoint, not the last policy
+        model.actor.load_state_dict(best_state["actor"])
+        model.critic.load_state_dict(best_state["critic"])
     return result

@@ -94,10 +94,21 @@ class TreePolicy:
         if len({len(a) for a in arrays}) != 1 or len(arrays[0]) == 0:
             raise ArtifactError(f"{source}: tree arrays differ in length {[len(a) for a in arrays]}")
         n = len(arrays[0])
-        if arrays[0].max() >= n or arrays[1].max() >= n:
-            raise ArtifactError(f"{source}: child index out of range")
-        return cls(arrays[0].astype(np.int64), arrays[1].astype(np.int64), arrays[2].astype(np.int64),
-                   arrays[3].astype(np.float64), arrays[4].astype(np.float64), d["kd"], int(d["depth"]))
+        left, right, feature = (a.astype(np.int64) for a in arrays[:3])
+        # sklearn numbers children after their parent: checking that rules out cycles and
+        # out-of-range jumps before any walk can loop or index past the arrays
+        nodes = np.arange(n)
+        inner = left != -1
+        if np.any(inner != (right != -1)):
+            raise ArtifactError(f"{source}: a node has one child (a leaf needs -1 on both sides)")
+        for name, child in (("children_left", left), ("children_right", right)):
+            if np.any((child[inner] <= nodes[inner]) | (child[inner] >= n)) or np.any(child[~inner] != -1):
+                raise ArtifactError(f"{source}: {name} has a child index outside (its parent, {n})")
+        n_features = 4 + (d["kd"] is not None)
+        if np.any((feature[inner] < 0) | (feature[inner] >= n_features)):
+            raise ArtifactError(f"{source}: feature index outside [0, {n_features}) at a split")
+        return cls(left, right, feature, arrays[3].astype(np.float64), arrays[4].astype(np.float64), d["kd"],
+                   int(d["depth"]))
 
     def save(self, path: Path | str) -> None:
         write_json(path, self.to_dict())

@@ -22,14 +22,16 @@ def random_teacher(tmp_path, seed=0, net=NET):
 
 
 def test_sb3_export_matches_sb3_forward(tmp_path):
-    from paperworks.control.td3 import TD3Config, build_model, deterministic_policy
+    from paperworks.control.td3 import TD3Config, build_model, numpy_actor
 
     model = build_model(TD3Config(net_arch=(32, 32)), seed=0)
     export_sb3(model, tmp_path / "a.safetensors", tmp_path / "c.safetensors", {})
     actor, critic = Actor.load(tmp_path / "a.safetensors", [32, 32]), Critic.load(tmp_path / "c.safetensors", [32, 32])
     obs = np.random.default_rng(0).normal(size=(20, 4)) * 0.2
-    sb3 = deterministic_policy(model)
-    np.testing.assert_allclose(actor.batch(obs), [sb3(o) for o in obs], atol=1e-5)
+    with torch.no_grad():   # SB3's own forward: actor in [-1, 1], unscaled to the torque range
+        sb3 = model.policy.unscale_action(model.actor(torch.as_tensor(obs, dtype=torch.float32)).numpy())[:, 0]
+    np.testing.assert_allclose(actor.batch(obs), sb3, atol=1e-5)
+    np.testing.assert_allclose(numpy_actor(model).batch(obs), sb3, atol=1e-5)   # what validation runs
     acts = np.linspace(-3, 3, 20)
     with torch.no_grad():
         want = model.critic.q1_forward(torch.as_tensor(obs, dtype=torch.float32),
