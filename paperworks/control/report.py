@@ -224,42 +224,10 @@ def plot_depth(table: pd.DataFrame, path: Path) -> None:
 
 
 def plot_tree(tree: TreePolicy, path: Path) -> None:
-    """Draw the tree from its arrays (leaves left to right, splits above their children)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Draw the tree readably (paperworks.core.tree_plot: sibling leaves with one torque merged,
+    deep parts folded, text at a readable size)."""
+    from paperworks.core.tree_plot import draw_tree
 
-    names = feature_names(tree.kd)
-    pos: dict[int, tuple[float, int]] = {}
-    counter = [0]
-
-    def place(node: int, depth: int) -> float:
-        if tree.left[node] == -1:
-            x = counter[0]
-            counter[0] += 1
-        else:
-            x = (place(int(tree.left[node]), depth + 1) + place(int(tree.right[node]), depth + 1)) / 2
-        pos[node] = (x, depth)
-        return x
-
-    place(0, 0)
-    n_leaves = max(counter[0], 1)
-    fig, ax = plt.subplots(figsize=(max(8, n_leaves * 0.75), (tree.depth + 1) * 1.3))
-    for node, (x, y) in pos.items():
-        for child in (tree.left[node], tree.right[node]):
-            if child != -1:
-                cx, cy = pos[int(child)]
-                ax.plot([x, cx], [-y, -cy], "-", color="0.6", lw=0.6)
-    for node, (x, y) in pos.items():
-        if tree.left[node] == -1:
-            v = tree.value[node]
-            text, colour = f"{v:+.2f}", plt.cm.coolwarm((v + 3) / 6)
-        else:
-            text, colour = f"{names[tree.feature[node]]}\n≤ {tree.threshold[node]:.3f}", "white"
-        ax.text(x, -y, text, ha="center", va="center", fontsize=6,
-                bbox={"boxstyle": "round,pad=0.2", "fc": colour, "ec": "0.4", "lw": 0.5})
-    ax.set_axis_off()
-    ax.set_title(f"Headline tree (depth {tree.depth}, {tree.n_leaves} leaves); left branch = condition true, leaf = torque")
-    fig.tight_layout()
-    fig.savefig(path, dpi=70, format="png")
-    plt.close(fig)
+    draw_tree(tree.left, tree.right, tree.feature, tree.threshold, tree.value, feature_names(tree.kd), path,
+              title=f"Headline tree (depth {tree.depth}, {tree.n_leaves} leaves); left branch = condition true, "
+                    "leaf = torque")

@@ -57,7 +57,7 @@ def test_a_stage_rerun_in_another_process_writes_the_same_bytes(tmp_path: Path) 
     params = compose("smoke", REPO / "conf")
     c = params["control"]
     c["env"]["max_steps"] = 40
-    c["teacher"].update(total_timesteps=240, learning_starts=100, eval_every=120, eval_episodes=1,
+    c["teacher"].update(total_timesteps=240, learning_starts=100, eval_every=120, validation_episodes=1, validation_wide_episodes=0,
                         net_arch=[16, 16], batch_size=16, buffer_size=1000)
     c["eval"].update(episodes=1, steady_from=20)
     runs = []
