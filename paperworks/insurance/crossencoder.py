@@ -169,7 +169,7 @@ def train_listwise(model, train_lists: pd.DataFrame, cfg: TrainConfig,
             step += 1
             if validate is not None and step in eval_at:
                 evaluate(step)
-                if step >= cfg.min_epochs * steps_per_epoch and stale >= cfg.patience:
+                if cfg.min_epochs * steps_per_epoch <= step < total_steps and stale >= cfg.patience:
                     stopped_early = True
                     break
         if stopped_early:

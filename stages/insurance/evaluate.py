@@ -118,7 +118,7 @@ def main() -> None:
                                    for r in rs] for n, rs in seed_records.items()},
                      "tuning": {c["config"]: {"best": c["best"], "trial_states": c["trial_states"]}
                                 for c in read_json(paths.TUNE / "best.json")["configs"]},
-                     "n_seeds": seeds["n_seeds"], "learning_curve_config": best_name, "early_stopping": p.train.model_dump()},
+                     "n_seeds": seeds["n_seeds"], "learning_curve_config": best_name},
         "first_stage_recall": first["recall"],
         "first_stage": {k: first[k] for k in ("fusion", "list_size", "share_without_relevant", "share_without_relevant_rrf_equal_k60")},
         "data_card": first["data_card"],
