@@ -59,16 +59,16 @@ def main() -> None:
         rec = ce.train_listwise(model, lists, cfg)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         pairs = n_lists * args.list_size
-        rows.append([f"train ({freeze})", f"{rec['trainable_params'] / 1e6:.1f}M", pairs, f"{wall:.1f}", f"{cpu:.1f}",
+        rows.append([f"train ({freeze})", f"{rec['trainable_params'] / 1e6:.1f}M", pairs, f"{wall:.1f}", f"{cpu:.1f}", f"{1000 * cpu / pairs:.1f}",
                      f"{pairs / wall:.0f}", f"{load0:.2f}/{os.getloadavg()[0]:.2f}"])
     pairs = [(q, d) for q, ds in zip(lists["query"], lists["docs"]) for d in ds]
     load0 = os.getloadavg()[0]
     t0, c0 = time.perf_counter(), time.process_time()
     model.predict(pairs, batch_size=64, show_progress_bar=False)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    rows.append(["score (inference)", "-", len(pairs), f"{wall:.1f}", f"{cpu:.1f}", f"{len(pairs) / wall:.0f}",
+    rows.append(["score (inference)", "-", len(pairs), f"{wall:.1f}", f"{cpu:.1f}", f"{1000 * cpu / len(pairs):.1f}", f"{len(pairs) / wall:.0f}",
                  f"{load0:.2f}/{os.getloadavg()[0]:.2f}"])
-    header = ["what", "trainable", "pairs", "wall s", "cpu s", "pairs/s (wall)", "load 1-min before/after"]
+    header = ["what", "trainable", "pairs", "wall s", "cpu s", "cpu ms/pair", "pairs/s (wall)", "load 1-min before/after"]
     print(f"insurance cross-encoder training throughput: MiniLM-L6, torch threads {args.threads}, {os.cpu_count()} CPUs, "
           f"lists of {args.list_size}, {args.batch_lists} lists per step, max_length {args.max_length}")
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
