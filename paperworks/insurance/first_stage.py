@@ -1,9 +1,11 @@
 """First-stage retrieval: BM25 and the MiniLM bi-encoder, fused into reranking lists.
 
-Each query's reranking list is the top-``list_size`` of a reciprocal-rank fusion of the
-two retrievers, so the lists carry the hard negatives a real first stage produces
-(same body site, same procedure family). Lists without a candidate of the required
-grade are first-stage misses: they are counted and left out of reranking.
+Each query's reranking list is the top-``list_size`` of a weighted reciprocal-rank fusion of
+the two retrievers, so the lists carry the hard negatives a real first stage produces
+(same body site, same procedure family). The fusion's constant and BM25 weight are chosen on
+the validation queries (the pair that leaves the fewest queries without a relevant
+candidate). Lists without a candidate of the required grade are first-stage misses: they
+are counted (per split) and left out of reranking.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from paperworks.core.ranking import recall_at_k
 LISTS_SCHEMA = pa.schema([
     ("query_id", pa.int32()), ("query", pa.string()), ("intent", pa.string()), ("split", pa.string()),
     ("procedure_ids", pa.list_(pa.int32())), ("docs", pa.list_(pa.string())), ("labels", pa.list_(pa.float32())),
+    # the query's best grades over the whole catalogue, best first: NDCG's ideal ranking
+    ("ideal_labels", pa.list_(pa.float32())),
 ])
 
 
@@ -52,9 +56,29 @@ def ranks_of(scores: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def rrf_scores(*score_mats: np.ndarray, k: int = 60) -> np.ndarray:
-    """Reciprocal-rank fusion: sum of 1 / (k + rank + 1) over retrievers."""
-    return sum(1.0 / (k + ranks_of(s) + 1.0) for s in score_mats)
+def rrf_scores(*score_mats: np.ndarray, k: int = 60, weights: Sequence[float] | None = None) -> np.ndarray:
+    """Reciprocal-rank fusion: weighted sum of 1 / (k + rank + 1) over retrievers (equal weights by default)."""
+    weights = [1.0] * len(score_mats) if weights is None else list(weights)
+    if len(weights) != len(score_mats):
+        raise ValueError(f"{len(weights)} weights for {len(score_mats)} retrievers")
+    return sum(w / (k + ranks_of(s) + 1.0) for w, s in zip(weights, score_mats))
+
+
+def hit_share(scores: np.ndarray, grades: np.ndarray, list_size: int, relevant_grade: int) -> float:
+    """Share of queries whose top-``list_size`` holds a candidate of grade ≥ ``relevant_grade``."""
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :list_size]
+    return float((np.take_along_axis(grades, top, axis=1) >= relevant_grade).any(axis=1).mean())
+
+
+def choose_fusion(bm25: np.ndarray, dense: np.ndarray, grades: np.ndarray, list_size: int, relevant_grade: int,
+                  rrf_ks: Sequence[int], bm25_weights: Sequence[float]) -> tuple[dict, list[dict]]:
+    """The (k, BM25 weight) of the fusion that keeps a relevant candidate in the most lists of these
+    (validation) queries; ties go to the smaller k, then the weight closest to 0.5. Returns (best, table)."""
+    table = [{"rrf_k": int(k), "bm25_weight": float(w),
+              "hit_share": hit_share(rrf_scores(bm25, dense, k=k, weights=(w, 1.0 - w)), grades, list_size, relevant_grade)}
+             for k in rrf_ks for w in bm25_weights]
+    best = max(table, key=lambda r: (r["hit_share"], -r["rrf_k"], -abs(r["bm25_weight"] - 0.5)))
+    return best, table
 
 
 def recall_table(scores: np.ndarray, grades: np.ndarray, ks: Sequence[int], threshold: int) -> dict[str, float]:
@@ -75,6 +99,7 @@ def build_lists(queries: pd.DataFrame, procedures: pd.DataFrame, fused: np.ndarr
                 list_size: int, relevant_grade: int) -> tuple[pd.DataFrame, int]:
     """Top-``list_size`` lists in first-stage order; returns (lists, number of first-stage misses)."""
     order = np.argsort(-fused, axis=1, kind="stable")[:, :list_size]
+    ideal = -np.sort(-grades, axis=1)[:, :list_size].astype(np.float32)
     names = procedures["name"].to_numpy()
     rows, misses = [], 0
     for i, q in enumerate(queries.itertuples(index=False)):
@@ -84,7 +109,8 @@ def build_lists(queries: pd.DataFrame, procedures: pd.DataFrame, fused: np.ndarr
             misses += 1
             continue
         rows.append(dict(query_id=q.query_id, query=q.text, intent=q.intent, split=q.split,
-                         procedure_ids=idx.astype(np.int32).tolist(), docs=names[idx].tolist(), labels=labels.tolist()))
+                         procedure_ids=idx.astype(np.int32).tolist(), docs=names[idx].tolist(), labels=labels.tolist(),
+                         ideal_labels=ideal[i].tolist()))
     return pd.DataFrame(rows, columns=LISTS_SCHEMA.names), misses
 
 
@@ -101,6 +127,9 @@ def validate_lists(lists: pd.DataFrame, where: str, relevant_grade: float = 1.0)
                 raise ArtifactError(f"{where}: query {row.query_id}: procedure {pid} has empty text")
         if max(labels) < relevant_grade:
             raise ArtifactError(f"{where}: query {row.query_id} has no relevant candidate (max grade {max(labels)})")
+        if len(row.ideal_labels) == 0 or max(row.ideal_labels) < max(labels):
+            raise ArtifactError(f"{where}: query {row.query_id}: ideal_labels must hold the query's best grades "
+                                f"(max {max(row.ideal_labels, default=None)} < list max {max(labels)})")
 
 
 def check_texts(df: pd.DataFrame, id_col: str, text_col: str, where: str) -> None:

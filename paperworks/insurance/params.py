@@ -54,21 +54,49 @@ class BackboneParams(StrictModel):
 
 class FirstStageParams(StrictModel):
     list_size: int = Field(ge=2, le=100)  # candidates per reranking list (first stage top-k)
-    rrf_k: int = Field(ge=1, le=1000)  # reciprocal-rank-fusion constant for BM25 + bi-encoder
+    # weighted reciprocal-rank fusion of BM25 and the bi-encoder: the (k, BM25 weight) pair that keeps a
+    # relevant candidate in the most validation lists is chosen; every list of every split is then used
+    rrf_ks: list[int] = Field(min_length=1)
+    bm25_weights: list[float] = Field(min_length=1)
     recall_ks: list[int] = [5, 10, 20, 50]
     relevant_grade: int = Field(ge=1, le=3)  # a list must hold a candidate with this grade
-    train_lists: int = Field(ge=2, le=1_000_000)
-    val_lists: int = Field(ge=2, le=1_000_000)
-    test_lists: int = Field(ge=2, le=1_000_000)
+
+    @field_validator("rrf_ks")
+    @classmethod
+    def _ks(cls, ks: list[int]) -> list[int]:
+        if any(not 1 <= k <= 1000 for k in ks):
+            raise ValueError(f"every rrf_k must lie in [1, 1000], got {ks}")
+        return ks
+
+    @field_validator("bm25_weights")
+    @classmethod
+    def _weights(cls, ws: list[float]) -> list[float]:
+        if any(not 0.0 <= w <= 1.0 for w in ws):
+            raise ValueError(f"every BM25 weight must lie in [0, 1], got {ws}")
+        return ws
 
 
 class TrainParams(StrictModel):
+    """Every model trains on all training lists for at least ``min_epochs`` and then until its
+    validation NDCG@3 stops improving (early stopping); the best validation checkpoint is kept."""
+
     lr: float = Field(gt=0, le=1e-2)
-    epochs: int = Field(ge=1, le=100)
+    epochs: int = Field(ge=1, le=100)  # the cap: early stopping usually ends training before it
+    min_epochs: int = Field(1, ge=1, le=100)  # full passes over the training lists before stopping may end training
+    evals_per_epoch: int = Field(ge=1, le=100)  # validation NDCG@3 points per epoch (the learning curve)
+    patience: int = Field(ge=1, le=100)  # validation points without an improvement > min_delta before stopping
+    min_delta: float = Field(0.0, ge=0, le=0.1)
+    early_stop_lists: int = Field(ge=2, le=100_000)  # seeded validation subset scored at every point
     warmup_ratio: float = Field(ge=0, le=0.5)
     batch_lists: int = Field(ge=1, le=256)  # lists per optimiser step
     train_list_size: int = Field(ge=2, le=100)  # lists truncated to this many candidates in training
     weight_decay: float = Field(ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _epochs(self) -> "TrainParams":
+        if self.min_epochs > self.epochs:
+            raise ValueError(f"min_epochs ({self.min_epochs}) must not exceed epochs ({self.epochs})")
+        return self
 
 
 class GridParams(StrictModel):
@@ -104,7 +132,7 @@ class TuneParams(StrictModel):
     storage: str  # SQLAlchemy URL: sqlite:///… by default, postgresql://… to share a study across workers
     study_prefix: str
     lr_range: tuple[float, float]
-    epochs_range: tuple[int, int]
+    epochs_range: tuple[int, int]  # search range of the epoch cap (early stopping still applies)
     warmup_range: tuple[float, float]
     list_size_range: tuple[int, int]
     heartbeat_s: int = Field(ge=1, le=3600)  # a RUNNING trial without heartbeat for grace_s is marked failed

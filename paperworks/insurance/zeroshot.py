@@ -73,8 +73,9 @@ class InstructedReranker:
             self._doc_cache.update(zip(new, emb))
         return np.stack([self._doc_cache[d] for d in docs])
 
-    def score_lists(self, instruction: str, lists: pd.DataFrame) -> list[np.ndarray]:
-        texts = [f"Instruct: {instruction}\nQuery: {q}" for q in lists["query"]]
+    def score_lists(self, instruction: str | None, lists: pd.DataFrame) -> list[np.ndarray]:
+        """Cosine per candidate; ``instruction=None`` embeds the bare query (the plain bi-encoder)."""
+        texts = [q if instruction is None else f"Instruct: {instruction}\nQuery: {q}" for q in lists["query"]]
         q = self.encoder.encode(texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True)
         return [self._docs(list(r.docs)) @ q[i] for i, r in enumerate(lists.itertuples(index=False))]
 

@@ -37,26 +37,36 @@ def main() -> None:
     docs, texts = procedures["name"].tolist(), queries["text"].tolist()
     bm25 = fs.bm25_scores(texts, docs)
     dense = fs.dense_scores(encoder, texts, docs)
-    fused = fs.rrf_scores(bm25, dense, k=f.rrf_k)
+    split = queries["split"].to_numpy()
+    # the fusion is chosen on validation queries only; test queries never inform it
+    val = split == "val"
+    fusion, fusion_table = fs.choose_fusion(bm25[val], dense[val], grades[val], f.list_size, f.relevant_grade,
+                                            f.rrf_ks, f.bm25_weights)
+    w = fusion["bm25_weight"]
+    fused = fs.rrf_scores(bm25, dense, k=fusion["rrf_k"], weights=(w, 1.0 - w))
+    equal = fs.rrf_scores(bm25, dense, k=60)
     recall = {name: {"grade>=2": fs.recall_table(s, grades, f.recall_ks, 2), "grade3": fs.recall_table(s, grades, f.recall_ks, 3)}
-              for name, s in (("bm25", bm25), ("bi_encoder", dense), ("hybrid_rrf", fused))}
+              for name, s in (("bm25", bm25), ("bi_encoder", dense), ("rrf_equal_k60", equal), ("hybrid_tuned", fused))}
     recall_by_intent = {intent: fs.recall_table(fused[(queries["intent"] == intent).to_numpy()],
                                                 grades[(queries["intent"] == intent).to_numpy()], f.recall_ks, 2)
                         for intent in cat.INTENTS}
+    no_relevant = {s_: 1.0 - fs.hit_share(fused[split == s_], grades[split == s_], f.list_size, f.relevant_grade)
+                   for s_ in ("train", "val", "test")}
+    no_relevant_equal = {s_: 1.0 - fs.hit_share(equal[split == s_], grades[split == s_], f.list_size, f.relevant_grade)
+                         for s_ in ("train", "val", "test")}
 
     lists, misses = fs.build_lists(queries, procedures, fused, grades, f.list_size, f.relevant_grade)
-    # a seeded subsample per split keeps reranker training inside the profile's budget
-    wanted = {"train": f.train_lists, "val": f.val_lists, "test": f.test_lists}
     kept = {}
-    for split, n in wanted.items():
-        part = lists[lists["split"] == split]
-        part = part.iloc[rng.permutation(len(part))[:n]].reset_index(drop=True)
+    for split_name in ("train", "val", "test"):
+        # every surviving list is used; a seeded shuffle only fixes the order
+        part = lists[lists["split"] == split_name]
+        part = part.iloc[rng.permutation(len(part))].reset_index(drop=True)
         if len(part) < 2:
             from paperworks.core.params import ParamsError
-            raise ParamsError(f"insurance.first_stage: only {len(part)} '{split}' lists survive the first stage")
-        fs.validate_lists(part, f"{split} lists", f.relevant_grade)
-        write_parquet(paths.lists_file(split), part, fs.LISTS_SCHEMA)
-        kept[split] = part
+            raise ParamsError(f"insurance.first_stage: only {len(part)} '{split_name}' lists survive the first stage")
+        fs.validate_lists(part, f"{split_name} lists", f.relevant_grade)
+        write_parquet(paths.lists_file(split_name), part, fs.LISTS_SCHEMA)
+        kept[split_name] = part
     test = kept["test"]
     ks = p.eval.ks
     write_parquet(paths.LISTS / "first_stage_test.parquet",
@@ -77,8 +87,11 @@ def main() -> None:
         "relevance_histogram": {str(g): int((all_labels == g).sum()) for g in range(4)},
         "lists_per_intent_test": test["intent"].value_counts().sort_index().to_dict(),
     }
-    write_json(paths.FIRST_STAGE, {"recall": recall, "recall_hybrid_by_intent": recall_by_intent, "data_card": card})
-    log.info("first stage: hybrid recall %s; %d misses of %d", recall["hybrid_rrf"]["grade>=2"], misses, len(queries))
+    write_json(paths.FIRST_STAGE, {"recall": recall, "recall_hybrid_by_intent": recall_by_intent, "data_card": card,
+                                   "fusion": fusion, "fusion_table": fusion_table, "list_size": f.list_size,
+                                   "share_without_relevant": no_relevant, "share_without_relevant_rrf_equal_k60": no_relevant_equal})
+    log.info("first stage: fusion %s; share of queries without a relevant candidate %s (equal RRF k=60: %s)",
+             fusion, no_relevant, no_relevant_equal)
 
 
 if __name__ == "__main__":

@@ -34,9 +34,12 @@ def main() -> None:
             seed = derive_seed(g, "insurance", "seeds", i)
             seed_everything(seed)
             cfg = runs.train_config(p, entry["loss"], entry["freeze"], seed, **overrides)
-            model, _ = runs.fine_tune(paths.BACKBONE[entry["backbone"]], train, cfg)
+            stop_val = runs.early_stop_lists(val, p.train.early_stop_lists, seed)
+            model, record = runs.fine_tune(paths.BACKBONE[entry["backbone"]], train, cfg, stop_val)
             v, te = runs.evaluate(model, val, ks), runs.evaluate(model, test, ks)
             write_parquet(paths.SEEDS / entry["config"] / f"seed{i}_test.parquet", te, schema)
+            # the curves feed the convergence preconditions of the claims
+            write_json(paths.SEEDS / entry["config"] / f"seed{i}_record.json", {"config": entry["config"], "seed_index": i, **record})
             val_scores.append(float(v["ndcg@3"].mean()))
             test_scores.append({m: float(te[m].mean()) for m in te.columns if m not in ("query_id", "intent")})
             if i == 0:

@@ -1,4 +1,9 @@
-"""insurance_tune: Optuna on the top-k grid configurations by validation NDCG@3."""
+"""insurance_tune: Optuna on the top-k grid configurations by validation NDCG@3.
+
+Every trial trains like a grid model (all training lists, early stopping on the validation
+subset); a median pruner ends trials whose validation curve falls below the median of the
+earlier trials at the same step.
+"""
 from __future__ import annotations
 
 import logging
@@ -34,11 +39,13 @@ def main() -> None:
     train, val = fs.read_lists(paths.lists_file("train"), rg), fs.read_lists(paths.lists_file("val"), rg)
     records = sorted(grid_records(paths.GRID), key=lambda r: (-r["val_ndcg@3"], r["config"]))
     top = records[: t.top_k]
+    stop_val = runs.early_stop_lists(val, p.train.early_stop_lists, seed)
     if t.storage.startswith("sqlite:///"):
         Path(t.storage.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     write_text(paths.OPTUNA_DIR / "STORAGE.txt", f"studies live in {t.storage.split('@')[-1]}\n")  # never the password
     space = {"lr": t.lr_range, "epochs": t.epochs_range, "warmup": t.warmup_range, "list_size": t.list_size_range,
-             "train_lists": len(train), "val_lists": len(val), "base": p.train.model_dump()}
+             "train_lists": len(train), "val_lists": len(stop_val), "base": p.train.model_dump(),
+             "max_length": p.backbone.max_length}
     results = []
     for rank, rec in enumerate(top):
         backbone_dir = paths.BACKBONE[rec["backbone"]]
@@ -51,17 +58,17 @@ def main() -> None:
                 warmup_ratio=trial.suggest_float("warmup_ratio", *t.warmup_range),
                 train_list_size=trial.suggest_int("train_list_size", *t.list_size_range),
             )
-            scores: list[float] = []
 
-            def on_epoch(model, epoch: int) -> None:
-                v = float(runs.evaluate(model, val, [3])["ndcg@3"].mean())
-                scores.append(v)
-                trial.report(v, epoch)
+            def on_eval(step: int, value: float) -> None:
+                trial.report(value, step)
                 if trial.should_prune():
                     raise optuna.TrialPruned()
 
-            runs.fine_tune(backbone_dir, train, cfg, on_epoch_model=on_epoch)
-            return scores[-1]
+            # early-stopped like every other model; the objective is its best validation point
+            _model, record = runs.fine_tune(backbone_dir, train, cfg, stop_val, on_eval=on_eval)
+            trial.set_user_attr("steps", record["steps"])
+            trial.set_user_attr("epochs_run", record["epochs_run"])
+            return float(record["best_val_ndcg@3"])
 
         name = tuning.study_name(t.study_prefix, rec["config"], space)
         study = tuning.open_study(name, t.storage, seed, t.heartbeat_s, t.grace_s)

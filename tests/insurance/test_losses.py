@@ -89,3 +89,34 @@ def test_listwise_batch_sorts_by_label_and_truncates():
     rows = list(pd.DataFrame([{"query": "q", "docs": ["x", "y", "z", "w"], "labels": [0.0, 3.0, 1.0, 2.0]}]).itertuples())
     queries, docs, labels = ce.listwise_batch(rows, 3)
     assert queries == ["q"] and docs == [["y", "z", "x"]] and labels[0].tolist() == [3.0, 1.0, 0.0]
+
+
+def plackett_luce_nll(logits, order):
+    """Position-weighted Plackett–Luce negative log-likelihood of ``order`` (weights 2^(n-r) - 1, normalised)."""
+    n = len(order)
+    w = [2.0 ** (n - r) - 1 for r in range(1, n + 1)]
+    w = [x / sum(w) for x in w]
+    s = [logits[i] for i in order]
+    return -sum(w[i] * (s[i] - math.log(sum(math.exp(v) for v in s[i:]))) for i in range(n))
+
+
+def test_plistmle_scores_the_permutation_in_input_order():
+    """The loss must take the candidates in the order listwise_batch hands over (label-sorted, ties in
+    first-stage order), not re-sort them: fed an unsorted list it scores that very order."""
+    docs, labels, logits = ["a", "b", "c"], [0.0, 2.0, 1.0], [0.5, 1.0, -1.0]
+    model = FixedScorer({(QUERY, d): s for d, s in zip(docs, logits)})
+    got = float(ce.make_loss("plistmle", model)([[QUERY], [docs]], [torch.tensor(labels)]))
+    assert got == pytest.approx(plackett_luce_nll(logits, [0, 1, 2]), rel=1e-5)
+    assert got != pytest.approx(plackett_luce_nll(logits, [1, 2, 0]), rel=1e-3)  # what re-sorting by label would give
+
+
+def test_plistmle_keeps_first_stage_order_among_tied_labels():
+    import pandas as pd
+
+    rows = list(pd.DataFrame([{"query": QUERY, "docs": ["x", "y", "z", "w"], "labels": [1.0, 1.0, 3.0, 1.0]}]).itertuples())
+    queries, docs, labels = ce.listwise_batch(rows, 4)
+    assert docs == [["z", "x", "y", "w"]]  # stable: the tied grade-1 candidates keep their first-stage order
+    logits = {"x": 2.0, "y": -1.0, "z": 0.3, "w": 1.0}
+    model = FixedScorer({(QUERY, d): s for d, s in logits.items()})
+    got = float(ce.make_loss("plistmle", model)([queries, docs], labels))
+    assert got == pytest.approx(plackett_luce_nll([logits[d] for d in docs[0]], [0, 1, 2, 3]), rel=1e-5)

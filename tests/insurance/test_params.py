@@ -26,9 +26,18 @@ def test_every_profile_validates(profile):
     validate_section("insurance", Params, compose(profile, REPO / "conf")["insurance"])
 
 
-def test_default_grid_has_18_configurations(section):
+def test_paper_grid_has_18_configurations_and_default_a_declared_subset(section):
+    paper = validate_section("insurance", Params, compose("paper", REPO / "conf")["insurance"])
+    assert len(paper.grid.backbones) * len(paper.grid.losses) * len(paper.grid.freezes) == 18
     p = validate_section("insurance", Params, section)
-    assert len(p.grid.backbones) * len(p.grid.losses) * len(p.grid.freezes) == 18
+    assert set(p.grid.losses) == {"lambdaloss", "listnet", "plistmle"}  # the subset keeps every listwise loss
+
+
+def test_min_epochs_above_the_cap_is_rejected(section):
+    bad = copy.deepcopy(section)
+    bad["train"]["min_epochs"] = bad["train"]["epochs"] + 1
+    with pytest.raises(ParamsError, match="min_epochs"):
+        validate_section("insurance", Params, bad)
 
 
 def test_unknown_loss_names_key_and_allowed(section):

@@ -24,9 +24,22 @@ def test_ndcg_matches_sklearn_on_graded_lists(k):
 
 
 def test_per_query_metrics_uses_the_same_ndcg():
-    lists = pd.DataFrame([{"query_id": 1, "intent": "symptom", "docs": list("abcd"), "labels": [0.0, 3.0, 1.0, 2.0]}])
+    lists = pd.DataFrame([{"query_id": 1, "intent": "symptom", "docs": list("abcd"), "labels": [0.0, 3.0, 1.0, 2.0],
+                           "ideal_labels": [3.0, 2.0, 1.0, 0.0]}])
     scores = [np.array([0.9, 0.1, 0.5, 0.3])]
     m = per_query_metrics(lists, scores, [3]).iloc[0]
     assert m["ndcg@3"] == pytest.approx(ndcg_score([[0, 3, 1, 2]], [[0.9, 0.1, 0.5, 0.3]], k=3))
     assert m["mrr"] == pytest.approx(1 / 3)  # first grade>=2 item sits at rank 3 (label 2)
     assert m["spearman"] < 0
+
+
+def test_per_query_ndcg_takes_its_ideal_from_all_judged_labels():
+    """A grade-3 procedure the first stage missed still sits in the ideal ranking: a perfect
+    reordering of a list without it scores below 1 (the ideal is not the list's own)."""
+    lists = pd.DataFrame([{"query_id": 1, "intent": "direct", "docs": list("abc"), "labels": [0.0, 2.0, 1.0],
+                           "ideal_labels": [3.0, 2.0, 1.0]}])
+    perfect = [np.array([0.0, 2.0, 1.0])]  # orders the list exactly by its labels
+    m = per_query_metrics(lists, perfect, [1, 3]).iloc[0]
+    assert m["ndcg@1"] == pytest.approx(2.0 / 3.0)
+    # DCG of (2, 1, 0) over the ideal DCG of (3, 2, 1), linear gains
+    assert m["ndcg@3"] == pytest.approx((2 + 1 / np.log2(3)) / (3 + 2 / np.log2(3) + 1 / np.log2(4)))

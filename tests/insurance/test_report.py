@@ -33,8 +33,9 @@ def test_query_units_nest_queries_in_seeds_and_pair_the_zero_shot():
         rp.query_units("ft", [frame(base[:50])], "zs", frame(base), "ndcg@3")
 
 
-def test_a_flat_loss_plateaus_but_did_not_learn():
-    """The landed grid: ListNet at ln 6 throughout passes a plateau check and fails the learning one."""
+def test_preconditions_read_the_validation_plateau_and_the_training_loss():
+    """A model whose validation NDCG@3 still climbs was stopped too early; a flat loss (ListNet at ln 6
+    throughout, the landed grid) did not learn — each fails its own check and is named."""
     from paperworks.core.claims import EvidenceParams
     from paperworks.insurance.params import Params
     from paperworks.core.params import load_section
@@ -42,8 +43,17 @@ def test_a_flat_loss_plateaus_but_did_not_learn():
 
     p = load_section("insurance", Params, REPO / "params.yaml")
     rng = np.random.default_rng(2)
-    curves = {"flat": list(np.log(6) + rng.normal(0, 0.003, 20)), "learns": list(1.8 * np.exp(-np.arange(200) / 30) + 0.5)}
-    pre = {r["name"]: r for r in rp.training_preconditions(curves, p, EvidenceParams())}
-    assert pre["every cross-encoder's loss plateaued"]["passed"]
-    moved = pre[f"every cross-encoder's loss fell ≥ {p.claims.min_loss_improvement:.0%}"]
-    assert not moved["passed"] and "flat" in moved["detail"] and moved["value"] == 1
+    steps = list(range(0, 200, 10))
+    plateau = [[s, 0.7 - 0.3 * np.exp(-s / 20)] for s in steps]
+    climbing = [[s, 0.3 + 0.002 * s] for s in steps]
+    learns = list(1.8 * np.exp(-np.arange(200) / 30) + 0.5)
+    records = {"good": {"val_curve": plateau, "loss_curve": learns},
+               "flat": {"val_curve": plateau, "loss_curve": list(np.log(6) + rng.normal(0, 0.003, 200))},
+               "cut_short": {"val_curve": climbing, "loss_curve": learns}}
+    pre = {r["name"]: r for r in rp.training_preconditions(records, p, EvidenceParams())}
+    plat = pre[rp.PLATEAU]
+    assert not plat["passed"] and "cut_short" in plat["detail"] and plat["value"] == 2
+    moved = pre[rp.learned_name(p)]
+    assert not moved["passed"] and "flat" in moved["detail"] and moved["value"] == 2
+    both_good = rp.training_preconditions({"good": records["good"]}, p, EvidenceParams())
+    assert all(r["passed"] for r in both_good[:2])
