@@ -123,6 +123,12 @@ def load_yaml_text(text: str, where: str) -> Any:
 
 
 def read_params_file(path: Path | str = PARAMS_FILE) -> dict[str, Any]:
+    """The parsed params file; inside a DVC stage, a view of the keys the stage declares
+    (:func:`declared_view`)."""
+    return declared_view(_read_params_file(path), "")
+
+
+def _read_params_file(path: Path | str = PARAMS_FILE) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise ParamsError(f"{path} not found (run from the repository root)")
@@ -167,6 +173,8 @@ def global_seed(data: dict[str, Any]) -> int:
     if "seed" not in data:  # never a silent default: every stage derives its seeds from it
         raise ParamsError("  seed: missing (the global seed every stage derives its own from)")
     seed = data["seed"]
+    if isinstance(seed, UndeclaredParam):
+        seed.fail()
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED:
         raise ParamsError(f"  seed: must be an integer in [0, {MAX_SEED}] (got {seed!r})")
     return seed
@@ -174,8 +182,8 @@ def global_seed(data: dict[str, Any]) -> int:
 
 def load_section(track: str, model: type[M], path: Path | str = PARAMS_FILE) -> M:
     """Validated params of one track (raises :class:`ParamsError`)."""
-    data = read_params_file(path)
-    return validate_section(track, model, data.get(track))
+    data = _read_params_file(path)
+    return declared_view(validate_section(track, model, data.get(track)), track)
 
 
 def core_models() -> dict[str, type[BaseModel]]:
@@ -211,7 +219,7 @@ def track_models() -> dict[str, type[BaseModel]]:
 def validate_all(path: Path | str = PARAMS_FILE) -> list[str]:
     """Validate every track's section; return the error messages (empty when all good)."""
     try:
-        data = read_params_file(path)
+        data = _read_params_file(path)
     except ParamsError as e:
         return [str(e)]
     errors = []
@@ -238,6 +246,149 @@ def validate_all(path: Path | str = PARAMS_FILE) -> list[str]:
         except ParamsError as e:
             errors.append(str(e))
     return errors
+
+
+# ---- param deps: a stage reads only the keys its dvc.yaml entry declares (issue 22, item 7) ----
+# DVC reruns a stage when a param it declares changes, and only then. A stage that reads an
+# undeclared key goes stale silently; one that declares a whole section reruns for keys it never
+# reads. So inside a DVC stage (DVC exports DVC_STAGE=<stage name> to every command) the loaders
+# above validate the whole section as before, then hand the stage a view where every key its
+# `params:` entry does not cover is an UndeclaredParam, which fails naming the key when used.
+# Hand-written rather than read from DVC's own resolver: `Repo().stage.collect` costs seconds per
+# stage start, and this project's dvc.yaml uses only `matrix:` over params lists and literals.
+STAGE_ENV = "DVC_STAGE"
+GUARD_ENV = "PAPERWORKS_PARAMS_GUARD"  # "off" disables the view (debugging only)
+
+
+class UndeclaredParam:
+    """Stands for a params key the running stage does not declare: any use of it raises
+    :class:`ParamsError` naming the key and the stage. Passing it along unused is allowed."""
+
+    __slots__ = ("key", "stage")
+
+    def __init__(self, key: str, stage: str) -> None:
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "stage", stage)
+
+    def fail(self, *_: Any, **__: Any) -> Any:
+        raise ParamsError(f"stage '{self.stage}' reads params key '{self.key}', which its `params:` in "
+                          f"dvc.yaml do not declare (declare '{self.key}' or a section above it)")
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):  # protocol probes (copy, numpy, pickle) see a plain object
+            raise AttributeError(name)
+        self.fail()
+
+    def __repr__(self) -> str:
+        return f"<undeclared param {self.key}>"
+
+    __bool__ = __int__ = __float__ = __index__ = __complex__ = __str__ = __format__ = __bytes__ = fail
+    __iter__ = __len__ = __contains__ = __getitem__ = __call__ = __hash__ = __round__ = fail
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = fail
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = fail
+
+
+def _lookup(data: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            raise ParamsError(f"dvc.yaml refers to '{dotted}', which params.yaml does not have")
+        data = data[part]
+    return data
+
+
+def _interpolate(text: str, context: dict[str, Any]) -> Any:
+    import re
+
+    whole = re.fullmatch(r"\$\{\s*([\w.]+)\s*\}", text)
+    if whole:
+        return _lookup(context, whole.group(1))
+    return re.sub(r"\$\{\s*([\w.]+)\s*\}", lambda m: str(_lookup(context, m.group(1))), text)
+
+
+def _dvc_str(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def stage_params(addressing: str, dvc_yaml: Path | str = "dvc.yaml", data: dict[str, Any] | None = None) -> tuple[str, ...] | None:
+    """The params.yaml keys the stage named ``addressing`` (``name`` or ``name@matrix-key``, as
+    DVC names it) declares in ``dvc_yaml``; None when the file has no such stage."""
+    from itertools import product
+
+    path = Path(dvc_yaml)
+    if not path.exists():
+        return None
+    stages = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stages", {})
+    name, _, key = addressing.rpartition(":")[2].partition("@")
+    stage = stages.get(name)
+    if stage is None:
+        return None
+    data = _read_params_file() if data is None else data
+    context: dict[str, Any] = dict(data)
+    if key:
+        if "matrix" not in stage:
+            return None
+        matrix = {k: _interpolate(v, data) if isinstance(v, str) else v for k, v in stage["matrix"].items()}
+        # DVC's name of a combination: values joined by '-', a list/dict value as <key><index>
+        for combo in product(*(list(enumerate(v)) for v in matrix.values())):
+            frags = [f"{k}{i}" if isinstance(v, (list, dict)) else _dvc_str(v) for k, (i, v) in zip(matrix, combo)]
+            if "-".join(frags) == key:
+                context["item"] = {k: v for k, (_, v) in zip(matrix, combo)}
+                break
+        else:
+            return None
+    keys: list[str] = []
+    for entry in stage.get("params", []) or []:
+        if isinstance(entry, str):
+            keys.append(str(_interpolate(entry, context)))
+        elif isinstance(entry, dict):  # {file: [keys]}: only params.yaml is this module's business
+            for file, file_keys in entry.items():
+                if Path(file).name == PARAMS_FILE.name:
+                    keys.extend(str(_interpolate(k, context)) for k in file_keys or [])
+    return tuple(keys)
+
+
+_DECLARED: dict[tuple[str, str], tuple[str, ...] | None] = {}
+
+
+def current_stage_params() -> tuple[str, tuple[str, ...]] | None:
+    """(stage, declared keys) when running as a DVC stage of this repository's dvc.yaml with the
+    guard on; None otherwise."""
+    import os
+
+    stage = os.environ.get(STAGE_ENV)
+    if not stage or os.environ.get(GUARD_ENV, "").lower() in ("off", "0", "false"):
+        return None
+    cache_key = (stage, os.getcwd())
+    if cache_key not in _DECLARED:
+        _DECLARED[cache_key] = stage_params(stage)
+    declared = _DECLARED[cache_key]
+    return None if declared is None else (stage, declared)
+
+
+def restrict(value: Any, path: str, declared: tuple[str, ...], stage: str) -> Any:
+    """``value`` (a params model, dict or leaf at dotted ``path``; "" for the whole file) with every
+    key not covered by ``declared`` replaced by an :class:`UndeclaredParam`."""
+    if path and any(path == d or path.startswith(d + ".") for d in declared):
+        return value
+    if path and not any(d.startswith(path + ".") for d in declared):
+        return UndeclaredParam(path, stage)
+    join = (lambda k: f"{path}.{k}") if path else str
+    if isinstance(value, BaseModel):
+        fields = {name: restrict(getattr(value, name), join(name), declared, stage) for name in type(value).model_fields}
+        return type(value).model_construct(_fields_set=value.model_fields_set, **fields)
+    if isinstance(value, dict):
+        return {k: restrict(v, join(k), declared, stage) for k, v in value.items()}
+    return UndeclaredParam(path, stage)
+
+
+def declared_view(value: Any, path: str) -> Any:
+    """``value`` as the running DVC stage may see it (itself outside a stage)."""
+    current = current_stage_params()
+    if current is None:
+        return value
+    stage, declared = current
+    return restrict(value, path, declared, stage)
 
 
 STAMP_TEXT = "params.yaml passed paperworks.core.params\n"  # constant: its hash never changes
