@@ -275,15 +275,18 @@ class UndeclaredParam:
                           f"dvc.yaml do not declare (declare '{self.key}' or a section above it)")
 
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):  # protocol probes (copy, numpy, pickle) see a plain object
+        if name.startswith("_"):  # protocol probes (copy, numpy, pydantic) see a plain object
             raise AttributeError(name)
-        self.fail()
+        return UndeclaredParam(f"{self.key}.{name}", self.stage)  # fails when used, naming the leaf
+
+    def __getitem__(self, name: Any) -> Any:
+        return UndeclaredParam(f"{self.key}.{name}", self.stage)
 
     def __repr__(self) -> str:
         return f"<undeclared param {self.key}>"
 
     __bool__ = __int__ = __float__ = __index__ = __complex__ = __str__ = __format__ = __bytes__ = fail
-    __iter__ = __len__ = __contains__ = __getitem__ = __call__ = __hash__ = __round__ = fail
+    __iter__ = __len__ = __contains__ = __call__ = __hash__ = __round__ = fail
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = fail
     __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = __rpow__ = __neg__ = __pos__ = __abs__ = fail
@@ -310,9 +313,16 @@ def _dvc_str(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-def stage_params(addressing: str, dvc_yaml: Path | str = "dvc.yaml", data: dict[str, Any] | None = None) -> tuple[str, ...] | None:
+def stage_params(addressing: str, dvc_yaml: Path | str = "dvc.yaml", data: dict[str, Any] | None = None,
+                 with_matrix: bool = False) -> tuple[str, ...] | None:
     """The params.yaml keys the stage named ``addressing`` (``name`` or ``name@matrix-key``, as
-    DVC names it) declares in ``dvc_yaml``; None when the file has no such stage."""
+    DVC names it) declares in ``dvc_yaml``; None when the file has no such stage.
+
+    ``with_matrix`` adds the keys its ``matrix:`` draws from (``${control.grid.teachers}``): a stage
+    may check its own item against them (``--teacher 3`` not in the grid is a bad call), and
+    declaring them would rerun every item when one is added."""
+    import re
+
     from itertools import product
 
     path = Path(dvc_yaml)
@@ -338,6 +348,10 @@ def stage_params(addressing: str, dvc_yaml: Path | str = "dvc.yaml", data: dict[
         else:
             return None
     keys: list[str] = []
+    if with_matrix:
+        for v in (stage.get("matrix") or {}).values():
+            ref = re.fullmatch(r"\$\{\s*([\w.]+)\s*\}", v) if isinstance(v, str) else None
+            keys += [ref.group(1)] if ref else []
     for entry in stage.get("params", []) or []:
         if isinstance(entry, str):
             keys.append(str(_interpolate(entry, context)))
@@ -361,7 +375,7 @@ def current_stage_params() -> tuple[str, tuple[str, ...]] | None:
         return None
     cache_key = (stage, os.getcwd())
     if cache_key not in _DECLARED:
-        _DECLARED[cache_key] = stage_params(stage)
+        _DECLARED[cache_key] = stage_params(stage, with_matrix=True)
     declared = _DECLARED[cache_key]
     return None if declared is None else (stage, declared)
 

@@ -62,8 +62,8 @@ def test_declared_keys_read_undeclared_keys_fail_naming_key(toy: Path, monkeypat
     assert isinstance(p.eval, UndeclaredParam)
     kd = p.tree.kd  # handing an undeclared key along is not reading it
     for use in (lambda: kd * 2, lambda: float(kd), lambda: f"{kd}", lambda: kd == 1.0, lambda: bool(kd),
-                lambda: list(p.eval), lambda: p.eval.success_pairs, lambda: p.grid.teachers[0]):
-        with pytest.raises(ParamsError, match=r"stage 'narrow' reads params key 'control\.(tree\.kd|eval|grid)'"):
+                lambda: list(p.eval), lambda: p.eval.success_pairs + 1, lambda: p.grid.teachers[0] + 1):
+        with pytest.raises(ParamsError, match=r"stage 'narrow' reads params key 'control\.(tree\.kd|eval|grid)"):
             use()
     assert global_seed(read_params_file()) >= 0
     copy.deepcopy(p)  # copying a view is not a read
@@ -117,3 +117,50 @@ def test_every_declared_key_exists_in_every_profile() -> None:
                     for k, v in items.get("item", {}).items():
                         resolved = resolved.replace("${item.%s}" % k, str(v))
                     _lookup(data, resolved)  # raises ParamsError naming the key
+
+
+def test_a_matrix_stage_may_check_its_item_against_the_grid(toy: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DVC_STAGE", "grid@0-true-kd")
+    p = load_section("control", ControlParams)
+    assert 0 in p.grid.teachers and p.tree.kd >= 0  # the matrix source and the item's own key
+    with pytest.raises(ParamsError, match="control.tree.max_depth"):
+        p.tree.max_depth + 1
+    with pytest.raises(ParamsError, match="control.grid.draws"):
+        len(p.grid.draws)
+
+
+USE_UNDECLARED = '''
+from paperworks.control.params import Params
+from paperworks.core.params import load_section
+from paperworks.core.stage import stage_main
+
+
+@stage_main
+def main() -> None:
+    p = load_section("control", Params)
+    text = f"{p.tree.max_depth} {p.eval.success_pairs}"
+    with open("out.txt", "w") as fh:
+        fh.write(text)
+
+
+main()
+'''
+
+
+def test_dvc_stage_reading_an_undeclared_key_fails_naming_it(toy: Path) -> None:
+    """Through DVC itself: the stage declares control.tree.max_depth but also reads
+    control.eval.success_pairs; `dvc repro` fails with one line naming stage and key."""
+    (toy / "dvc.yaml").write_text("stages:\n  use:\n    cmd: python use.py\n    params: [control.tree.max_depth]\n"
+                                  "    outs: [out.txt]\n")
+    (toy / "use.py").write_text(USE_UNDECLARED)
+    env = dict(tool_env(), PYTHONPATH=str(REPO))
+    subprocess.run(["git", "init", "-q"], cwd=toy, check=True)
+    subprocess.run([str(VENV_BIN / "dvc"), "init", "-q"], cwd=toy, check=True, env=env)
+    proc = subprocess.run([str(VENV_BIN / "dvc"), "repro"], cwd=toy, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "stage 'use' reads params key 'control.eval.success_pairs'" in proc.stdout + proc.stderr
+    assert not (toy / "out.txt").exists()
+    (toy / "dvc.yaml").write_text((toy / "dvc.yaml").read_text().replace("[control.tree.max_depth]",
+                                                                         "[control.tree.max_depth, control.eval]"))
+    proc = subprocess.run([str(VENV_BIN / "dvc"), "repro"], cwd=toy, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
