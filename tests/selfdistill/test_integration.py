@@ -17,7 +17,7 @@ def test_smoke_pipeline_through_dvc(smoke_repo):
     assert len(claims) >= 5
     # the smoke budget is far below the collapse regime: the headline claims must say they were not tested
     assert claims["sr_opsd_keeps_entropy"]["verdict"].startswith("not tested: long budget")
-    assert "GRPO does not end below its starting validation accuracy" in claims["sr_opsd_vs_grpo"]["preconditions"]
+    assert "GRPO does not end below its starting validation accuracy" in {r["name"] for r in claims["sr_opsd_vs_grpo"]["preconditions"]}
     assert {"reverse_kl", "sr_opsd", "grpo"} == set(metrics["summary"])
     assert metrics["grpo_tuning"]["chosen_lr"] == 0.0003
     for name in ("entropy_vs_step.png", "accuracy_vs_step.png", "kl_ref_vs_step.png", "curves.csv", "sweep.csv", "grpo_tuning.csv"):
