@@ -56,7 +56,8 @@ def main() -> None:
 
     base_last = base["history"][-1]
     units = report.seed_units(runs)
-    claims = evaluate_claims(report.claim_specs(p), units, report.preconditions(p, runs, live_curve(BASE_LOSS), ev), ev,
+    base_val_acc = [h["acc"] for h in base["history"] if "acc" in h]
+    claims = evaluate_claims(report.claim_specs(p), units, report.preconditions(p, runs, live_curve(BASE_LOSS), ev, base_val_acc), ev,
                              seed=seed, track="selfdistill")
     write_unit_tables("selfdistill", units)
     metrics = {

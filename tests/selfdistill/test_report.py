@@ -38,12 +38,15 @@ def test_grpo_precondition_reads_validation_start_and_end():
     p = Params.model_validate(compose("default")["selfdistill"])
     ev = load_evidence()
     base_loss = [1.0] * 20
-    by_name = lambda runs: {r["name"]: r for r in preconditions(p, runs, base_loss, ev)}
+    by_name = lambda runs: {r["name"]: r for r in preconditions(p, runs, base_loss, ev, [0.5] * 12)}
     fell = by_name(_runs(grpo_end=0.2))
     assert not fell["GRPO does not end below its starting validation accuracy"]["passed"]
     held = by_name(_runs(grpo_end=0.3))
     assert held["GRPO does not end below its starting validation accuracy"]["passed"]
     assert held["GRPO ran the same budget"]["passed"] and held["enough paired seeds"]["passed"]
+    assert held["base model's validation accuracy plateaued"]["passed"]
+    rising = {r["name"]: r for r in preconditions(p, _runs(), base_loss, ev, [0.1 * i for i in range(12)])}
+    assert not rising["base model's validation accuracy plateaued"]["passed"]
     fewer = _runs()
     fewer["grpo"] = fewer["grpo"][:4]
     assert not by_name(fewer)["enough paired seeds"]["passed"]
