@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from paperworks.core.io import ArtifactError, read_parquet
@@ -81,3 +82,19 @@ def grpo_config(p: Params, seed: int, lr: float, steps: int | None = None) -> GR
                       warmup_steps=o.warmup_steps, grad_clip=o.grad_clip, clip_eps=g.clip_eps, kl_coef=g.kl_coef,
                       adv_eps=g.adv_eps, temperature=o.temperature, max_new_tokens=o.max_new_tokens,
                       eval_every=min(o.eval_every, steps), seed=seed)
+
+
+def pick_grpo_lr(tuning: dict[float, dict]) -> tuple[float, pd.DataFrame]:
+    """The peak learning rate whose tuning run ended highest on validation (ties: the smaller lr),
+    and the table of every tried lr (start and final validation accuracy)."""
+    if not tuning:
+        raise ValueError("no GRPO tuning runs")
+    def zero_groups(r: dict) -> float:
+        v = [h["train_zero_reward_groups"] for h in r["history"] if "train_zero_reward_groups" in h]
+        return float(np.mean(v)) if v else float("nan")
+
+    rows = [{"lr": lr, "start_acc": r["history"][0]["acc"], "final_acc": r["history"][-1]["acc"], "steps": r["history"][-1]["step"],
+             "zero_reward_groups": zero_groups(r)} for lr, r in sorted(tuning.items())]
+    table = pd.DataFrame(rows)
+    best = table.sort_values(["final_acc", "lr"], ascending=[False, True]).iloc[0]
+    return float(best["lr"]), table

@@ -8,6 +8,7 @@ import pandas as pd
 from paperworks.core.claims import ClaimSpec, EvidenceParams, convergence, precondition, unit_table
 from paperworks.core.stats import mean_ci
 from paperworks.selfdistill.params import Params
+from paperworks.selfdistill.pipeline import pick_grpo_lr  # noqa: F401  (re-exported: the evaluate stage's table)
 
 CURVE_KEYS = ("acc", "entropy", "teacher_acc", "kl_ref", "acc_add", "acc_sum", "acc_prog",
               "entropy_add", "entropy_sum", "entropy_prog", "teacher_acc_sum",
@@ -23,22 +24,6 @@ def curves_table(runs: dict[str, list[dict]]) -> pd.DataFrame:
                 rows.append({"method": method, "seed": r["seed"], "step": h["step"],
                              **{k: h.get(k, np.nan) for k in CURVE_KEYS}})
     return pd.DataFrame(rows, columns=["method", "seed", "step", *CURVE_KEYS])
-
-
-def pick_grpo_lr(tuning: dict[float, dict]) -> tuple[float, pd.DataFrame]:
-    """The peak learning rate whose tuning run ended highest on validation (ties: the smaller lr),
-    and the table of every tried lr (start and final validation accuracy)."""
-    if not tuning:
-        raise ValueError("no GRPO tuning runs")
-    def zero_groups(r: dict) -> float:
-        v = [h["train_zero_reward_groups"] for h in r["history"] if "train_zero_reward_groups" in h]
-        return float(np.mean(v)) if v else float("nan")
-
-    rows = [{"lr": lr, "start_acc": r["history"][0]["acc"], "final_acc": r["history"][-1]["acc"], "steps": r["history"][-1]["step"],
-             "zero_reward_groups": zero_groups(r)} for lr, r in sorted(tuning.items())]
-    table = pd.DataFrame(rows)
-    best = table.sort_values(["final_acc", "lr"], ascending=[False, True]).iloc[0]
-    return float(best["lr"]), table
 
 
 def entropy_drop(r: dict, key: str = "entropy") -> float:

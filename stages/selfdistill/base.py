@@ -14,7 +14,7 @@ from paperworks.selfdistill.params import Params
 from paperworks.selfdistill.pipeline import BASE_FILE, DATA, PLOTS, eval_subset, load_inputs, split
 
 
-BASE_PROBES = 12
+BASE_PROBES = 12  # the generic plateau check needs ≥ 10 points
 
 
 @stage_main
@@ -30,7 +30,7 @@ def main() -> None:
     model = build_model(p.model, len(tok), seed=seed)
     cfg = TrainConfig(steps=p.base.steps, batch_size=p.base.batch_size, lr=p.base.lr, warmup_steps=p.base.warmup_steps,
                       grad_clip=p.base.grad_clip, log_every=max(1, p.base.steps // 20),
-                      eval_every=max(1, p.base.steps // BASE_PROBES))  # enough validation points to see a plateau
+                      eval_every=-(-p.base.steps // BASE_PROBES))  # ≈ BASE_PROBES validation points: enough to see a plateau
     history = train_sft(model, data, cfg, seed=seed, live_dir=PLOTS / "live_base",
                         eval_fn=lambda step: probe(model, model, tok, evals, p.opsd.max_new_tokens), desc="base sft")
     n_params = sum(t.numel() for t in model.parameters())

@@ -10,8 +10,7 @@ from paperworks.core.lm import save_checkpoint
 from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.selfdistill.params import Params
-from paperworks.selfdistill.pipeline import MODELS, PLOTS, load_base, load_inputs, run_file, tune_file
-from paperworks.selfdistill.report import pick_grpo_lr
+from paperworks.selfdistill.pipeline import MODELS, PLOTS, load_base, load_inputs, pick_grpo_lr, run_file, tune_file
 from paperworks.selfdistill.runner import run_seed
 
 

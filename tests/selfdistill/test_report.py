@@ -7,7 +7,7 @@ import pytest
 from paperworks.core.claims import load_evidence
 from paperworks.core.profile import compose
 from paperworks.selfdistill.params import Params
-from paperworks.selfdistill.report import pick_grpo_lr, preconditions, seed_units
+from paperworks.selfdistill.report import pick_grpo_lr, preconditions, seed_units  # pick_grpo_lr lives in pipeline
 
 
 def _record(method, seed, accs, ents, steps=(0, 300, 600), pass1=0.5):
