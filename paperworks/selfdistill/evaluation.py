@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from paperworks.core.lm import completion_logits, sample
-from paperworks.selfdistill.divergences import entropy
+from paperworks.selfdistill.divergences import entropy, kl
 from paperworks.selfdistill.tasks import FAMILIES, MULTI_SOLUTION, is_correct
 
 CHUNK = 256  # prompts per generate call (bounds memory)
@@ -39,27 +39,40 @@ def greedy_correct(model, tok, prompts: Sequence[str], answers: Sequence[str], m
 
 
 @torch.no_grad()
-def sampled_entropy(model, tok, prompts: Sequence[str], max_new_tokens: int, temperature: float = 1.0) -> list[float]:
-    """Mean full-vocabulary token entropy (nats) along each prompt's own sampled completion."""
-    out: list[float] = []
+def sampled_entropy(model, tok, prompts: Sequence[str], max_new_tokens: int, temperature: float = 1.0,
+                    reference=None) -> tuple[list[float], list[float]]:
+    """Per prompt, along its own sampled completion: the mean full-vocabulary token entropy (nats)
+    and, when ``reference`` is given, the mean token KL(model ‖ reference) (how far the policy has
+    moved from the base; NaN without a reference)."""
+    ent: list[float] = []
+    kl_ref: list[float] = []
     for sl in _chunks(len(prompts)):
         s = sample(model, tok, prompts[sl], max_new_tokens, temperature=temperature)
         logits = completion_logits(model, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask)
-        h = entropy(logits)
         m = s.completion_mask.float()
-        out += ((h * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
-    return out
+        ent += ((entropy(logits) * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+        if reference is None:
+            kl_ref += [float("nan")] * len(s.texts)
+            continue
+        ref_logits = completion_logits(reference, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask)
+        d = kl(torch.log_softmax(logits, -1), torch.log_softmax(ref_logits, -1))
+        kl_ref += ((d * m).sum(1) / m.sum(1).clamp(min=1)).tolist()
+    return ent, kl_ref
 
 
-def probe(student, teacher, tok, rows, max_new_tokens: int) -> dict[str, float]:
-    """The curve metrics logged every ``eval_every`` steps on a fixed held-out subset.
+def probe(student, teacher, tok, rows, max_new_tokens: int, reference=None) -> dict[str, float]:
+    """The curve metrics logged every ``eval_every`` steps on the fixed validation subset.
 
     ``acc``: student greedy accuracy (plain prompt); ``teacher_acc``: the self-teacher's greedy
-    accuracy *with* the privileged context; ``entropy``: token entropy of the student's T=1 samples.
+    accuracy *with* the privileged context; ``entropy``: token entropy of the student's T=1
+    samples; ``kl_ref``: token KL(student ‖ base) along those samples (with a reference).
     """
     prompts, answers, fams = list(rows["prompt"]), list(rows["answer"]), list(rows["family"])
     out = per_family(greedy_correct(student, tok, prompts, answers, max_new_tokens), fams, "acc")
-    out.update(per_family(sampled_entropy(student, tok, prompts, max_new_tokens), fams, "entropy"))
+    ent, kl_ref = sampled_entropy(student, tok, prompts, max_new_tokens, reference=reference)
+    out.update(per_family(ent, fams, "entropy"))
+    if reference is not None:
+        out["kl_ref"] = float(np.mean(kl_ref))
     if teacher is not None:
         priv = list(rows["privileged_prompt"])
         out.update(per_family(greedy_correct(teacher, tok, priv, answers, max_new_tokens), fams, "teacher_acc"))
@@ -72,7 +85,7 @@ def final_eval(model, tok, rows, max_new_tokens: int, k: int, temperature: float
     per prompt among the k samples of the multi-solution family (a direct mode-collapse gauge)."""
     prompts, answers, fams = list(rows["prompt"]), list(rows["answer"]), list(rows["family"])
     out = per_family(greedy_correct(model, tok, prompts, answers, max_new_tokens), fams, "pass1")
-    out.update(per_family(sampled_entropy(model, tok, prompts, max_new_tokens), fams, "entropy"))
+    out.update(per_family(sampled_entropy(model, tok, prompts, max_new_tokens)[0], fams, "entropy"))
     any_correct, distinct = [], []
     for sl in _chunks(len(prompts), CHUNK // k or 1):
         s = sample(model, tok, prompts[sl], max_new_tokens, temperature=temperature, num_return_sequences=k)

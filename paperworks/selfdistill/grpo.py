@@ -4,6 +4,11 @@ Per update step: ``prompts_per_step / group_size`` prompts, ``group_size`` sampl
 A = (r − mean_group) / (std_group + ε); clipped-ratio surrogate per token (one update per
 batch, so the ratio is 1 in value but carries the policy gradient); minus a k3 KL to the
 frozen reference, ``exp(ref − logp) − (ref − logp) − 1``.
+
+Diagnostics logged per step (averaged between probes): the share of groups whose rewards are all
+zero (no learning signal, and the normalised advantage is 0 there) and of groups with no contrast
+at all, the k3 KL to the reference on the samples, the learning rate; at each validation probe
+also KL(student ‖ base) along the student's samples.
 """
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ from paperworks.selfdistill.tasks import FAMILIES, is_correct
 
 @dataclass
 class GRPOConfig:
-    steps: int = 300
+    steps: int = 600
     prompts_per_step: int = 32       # samples per step (= OPSD's); prompts = this / group_size
     group_size: int = 4
     lr: float = 1e-3
@@ -57,7 +62,7 @@ def train_grpo(base_model, tok, train_rows, eval_rows, cfg: GRPOConfig, log: Cal
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     student = copy.deepcopy(base_model).train()
-    reference = copy.deepcopy(base_model).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+    reference = copy.deepcopy(base_model).eval().requires_grad_(False)  # π_ref = the base (the KL term and the probe's KL)
     opt, sched = make_optimizer(student, TrainConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0), cfg.steps)
     prompts = np.asarray(train_rows["prompt"], dtype=object)
     answers = np.asarray(train_rows["answer"], dtype=object)
@@ -66,7 +71,7 @@ def train_grpo(base_model, tok, train_rows, eval_rows, cfg: GRPOConfig, log: Cal
     history, window, update_seconds = [], [], []
 
     def checkpoint(step: int) -> None:
-        row = {"step": step, **probe(student, None, tok, eval_rows, cfg.max_new_tokens)}
+        row = {"step": step, **probe(student, None, tok, eval_rows, cfg.max_new_tokens, reference=reference)}
         for key in sorted({k for w in window for k in w}):
             row[f"train_{key}"] = float(np.mean([w[key] for w in window if key in w]))
         window.clear()
@@ -89,13 +94,16 @@ def train_grpo(base_model, tok, train_rows, eval_rows, cfg: GRPOConfig, log: Cal
         ratio = torch.exp(logp - logp.detach())          # old policy = the sampling policy (one update)
         surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - cfg.clip_eps, 1 + cfg.clip_eps) * adv)
         per_token = -surrogate
-        if reference is not None:
+        k3 = torch.zeros_like(logp)
+        if cfg.kl_coef > 0:
             with torch.no_grad():
                 ref_logp = token_logprobs(
                     completion_logits(reference, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask), s.completion_ids)
             log_ratio = ref_logp - logp
-            per_token = per_token + cfg.kl_coef * (torch.exp(log_ratio) - log_ratio - 1)
+            k3 = torch.exp(log_ratio) - log_ratio - 1
+            per_token = per_token + cfg.kl_coef * k3
         loss = masked_mean(per_token, s.completion_mask)
+        lr = sched.get_last_lr()[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
@@ -104,8 +112,13 @@ def train_grpo(base_model, tok, train_rows, eval_rows, cfg: GRPOConfig, log: Cal
         update_seconds.append(time.perf_counter() - t0)
         with torch.no_grad():
             h = entropy(logits.detach())
-            stats = {"loss": loss.item(), "entropy": masked_mean(h, s.completion_mask).item(),
-                     "reward": float(rewards.mean()), "length": float(s.completion_mask.sum(1).float().mean())}
+            groups = rewards.view(-1, cfg.group_size)
+            stats = {"loss": loss.item(), "entropy": masked_mean(h, s.completion_mask).item(), "lr": lr,
+                     "reward": float(rewards.mean()), "length": float(s.completion_mask.sum(1).float().mean()),
+                     "zero_reward_groups": float((groups.sum(1) == 0).float().mean()),
+                     "no_contrast_groups": float((groups.std(1, unbiased=False) == 0).float().mean())}
+            if cfg.kl_coef > 0:
+                stats["kl_k3"] = masked_mean(k3.detach(), s.completion_mask).item()
             rep_fams = np.repeat(fams[idx], cfg.group_size)
             for fam in FAMILIES:
                 sel = torch.as_tensor(rep_fams == fam)
@@ -115,7 +128,7 @@ def train_grpo(base_model, tok, train_rows, eval_rows, cfg: GRPOConfig, log: Cal
         if step % cfg.eval_every == 0 or step == cfg.steps:
             checkpoint(step)
 
-    cost = {"forward_passes_per_step": 1 + (1 if reference is not None else 0), "generate_calls_per_step": 1,
+    cost = {"forward_passes_per_step": 1 + (1 if cfg.kl_coef > 0 else 0), "generate_calls_per_step": 1,
             "seconds_per_step": float(np.mean(update_seconds)), "samples_per_step": cfg.prompts_per_step}
     student.eval()
     return student, history, cost

@@ -8,6 +8,9 @@ Per update step:
 4. target at every completion position: log π* ∝ α log p_T + (1−α) log p_ref (Prop. 3.1);
 5. loss = mean over positions of D_ρ(student ‖ π*) — exact over the full vocabulary;
 6. AdamW step with clipping, then θ_T ← β θ_T + (1−β) θ_S.
+Logged per step (averaged between probes): loss, entropy, reward of the on-policy samples, the
+learning rate; at each probe (validation): accuracy, entropy, KL(student ‖ base), and the
+self-teacher's accuracy with the privileged context.
 α = 1, ρ = 1, reverse = the standard reverse-KL OPSD; ``forward`` = D(π* ‖ student).
 """
 from __future__ import annotations
@@ -36,7 +39,7 @@ class OPSDConfig:
     direction: str = "reverse"       # reverse: D(student ‖ target); forward: D(target ‖ student)
     teacher: str = "ema"             # ema | frozen (frozen = β = 1, the control)
     ema_beta: float = 0.99
-    steps: int = 300
+    steps: int = 600
     prompts_per_step: int = 32
     lr: float = 1e-3
     warmup_steps: int = 10
@@ -83,7 +86,7 @@ def train_opsd(
     rng = np.random.default_rng(cfg.seed)
     student = copy.deepcopy(base_model).train()
     teacher = _frozen(base_model)                      # EMA copy (or frozen base)
-    reference = _frozen(base_model) if cfg.alpha < 1.0 else None
+    reference = _frozen(base_model)                    # π_ref = the base (the target uses it only if α < 1)
     opt, sched = make_optimizer(student, TrainConfig(lr=cfg.lr, warmup_steps=cfg.warmup_steps, weight_decay=0.0), cfg.steps)
 
     prompts = np.asarray(train_rows["prompt"], dtype=object)
@@ -96,7 +99,7 @@ def train_opsd(
     update_seconds: list[float] = []
 
     def checkpoint(step: int) -> None:
-        row = {"step": step, **probe(student, teacher, tok, eval_rows, cfg.max_new_tokens)}
+        row = {"step": step, **probe(student, teacher, tok, eval_rows, cfg.max_new_tokens, reference=reference)}
         if window:
             for key in sorted({k for w in window for k in w}):
                 row[f"train_{key}"] = float(np.mean([w[key] for w in window if key in w]))
@@ -117,12 +120,13 @@ def train_opsd(
             t_ids, t_mask = encode_prompts(tok, list(priv[idx]))
             teacher_logits = completion_logits(teacher, t_ids, t_mask, s.completion_ids, s.completion_mask)
             ref_logits = None
-            if reference is not None:
+            if cfg.alpha < 1.0:
                 ref_logits = completion_logits(reference, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask)
             target = anchored_target(teacher_logits, ref_logits, cfg.alpha)  # 4. Prop. 3.1
         student_logits = completion_logits(student, s.prompt_ids, s.prompt_mask, s.completion_ids, s.completion_mask)
         # 5. exact divergence over the vocabulary at every position of the student's own sample
         loss = masked_mean(distill_divergence(student_logits, target, cfg.rho, cfg.direction), s.completion_mask)
+        lr = sched.get_last_lr()[0]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(student.parameters(), cfg.grad_clip)
@@ -134,7 +138,7 @@ def train_opsd(
 
         with torch.no_grad():
             h = entropy(student_logits.detach())
-            stats = {"loss": loss.item(), "entropy": masked_mean(h, s.completion_mask).item(),
+            stats = {"loss": loss.item(), "entropy": masked_mean(h, s.completion_mask).item(), "lr": lr,
                      "reward": float(np.mean([is_correct(t, a) for t, a in zip(s.texts, answers[idx])])),
                      "length": float(s.completion_mask.sum(1).float().mean())}
             for fam in FAMILIES:
@@ -145,7 +149,7 @@ def train_opsd(
         if step % cfg.eval_every == 0 or step == cfg.steps:
             checkpoint(step)
 
-    n_forward = 1 + 1 + (1 if reference is not None else 0)  # student (with grad) + teacher + reference
+    n_forward = 1 + 1 + (1 if cfg.alpha < 1.0 else 0)  # student (with grad) + teacher + reference
     cost = {"forward_passes_per_step": n_forward, "generate_calls_per_step": 1,
             "seconds_per_step": float(np.mean(update_seconds)), "samples_per_step": cfg.prompts_per_step}
     student.eval()

@@ -8,33 +8,27 @@ import pandas as pd
 from paperworks.core.claims import ClaimSpec, EvidenceParams, convergence, precondition, unit_table
 from paperworks.core.stats import mean_ci
 from paperworks.selfdistill.params import Params
+from paperworks.selfdistill.pipeline import pick_grpo_lr  # noqa: F401  (re-exported: the evaluate stage's table)
 
-CURVE_KEYS = ("acc", "entropy", "teacher_acc", "acc_add", "acc_sum", "acc_prog",
-              "entropy_add", "entropy_sum", "entropy_prog", "teacher_acc_sum")
+CURVE_KEYS = ("acc", "entropy", "teacher_acc", "kl_ref", "acc_add", "acc_sum", "acc_prog",
+              "entropy_add", "entropy_sum", "entropy_prog", "teacher_acc_sum",
+              "train_lr", "train_loss", "train_reward", "train_zero_reward_groups", "train_no_contrast_groups", "train_kl_k3")
 
 
-def curves_table(runs: dict[str, dict]) -> pd.DataFrame:
+def curves_table(runs: dict[str, list[dict]]) -> pd.DataFrame:
+    """One row per (method, seed, probe step): the validation curves and the training diagnostics."""
     rows = []
-    for method, res in runs.items():
-        for r in res["runs"]:
+    for method, records in runs.items():
+        for r in records:
             for h in r["history"]:
                 rows.append({"method": method, "seed": r["seed"], "step": h["step"],
                              **{k: h.get(k, np.nan) for k in CURVE_KEYS}})
-    return pd.DataFrame(rows)
-
-
-def per_seed(res: dict, fn) -> list[float]:
-    return [float(fn(r)) for r in sorted(res["runs"], key=lambda r: r["seed"])]
+    return pd.DataFrame(rows, columns=["method", "seed", "step", *CURVE_KEYS])
 
 
 def entropy_drop(r: dict, key: str = "entropy") -> float:
-    """Held-out sample entropy at step 0 minus at the last step (positive = entropy lost)."""
+    """Validation sample entropy at step 0 minus at the last step (positive = entropy lost)."""
     return r["history"][0][key] - r["history"][-1][key]
-
-
-def acc_at(r: dict, step: int) -> float:
-    """Held-out (eval subset) greedy accuracy at the last logged step ≤ ``step``."""
-    return [h["acc"] for h in r["history"] if h["step"] <= step][-1]
 
 
 def peak_to_final_drop(r: dict) -> float:
@@ -42,90 +36,117 @@ def peak_to_final_drop(r: dict) -> float:
     return max(accs) - accs[-1]
 
 
-def summary(runs: dict[str, dict]) -> dict[str, dict]:
+def summary(runs: dict[str, list[dict]]) -> dict[str, dict]:
     out = {}
-    for method, res in runs.items():
-        fin = [r["final"] for r in res["runs"]]
+    for method, records in runs.items():
+        records = sorted(records, key=lambda r: r["seed"])
+        fin = [r["final"] for r in records]
         row = {k: mean_ci([f[k] for f in fin])["mean"] for k in fin[0]} if fin and fin[0] else {}
-        row["entropy_drop"] = float(np.mean(per_seed(res, entropy_drop)))
-        row["peak_to_final_acc_drop"] = float(np.mean(per_seed(res, peak_to_final_drop)))
-        if "teacher_acc" in res["runs"][0]["history"][-1]:
-            row["final_teacher_acc_privileged"] = float(np.mean(per_seed(res, lambda r: r["history"][-1]["teacher_acc"])))
-        row["forward_passes_per_step"] = res["runs"][0]["cost"]["forward_passes_per_step"]
-        out[method] = {k: round(float(v), 4) for k, v in row.items()}
+        row["val_acc_start"] = float(np.mean([r["history"][0]["acc"] for r in records]))
+        row["val_acc_final"] = float(np.mean([r["history"][-1]["acc"] for r in records]))
+        row["entropy_drop"] = float(np.mean([entropy_drop(r) for r in records]))
+        row["peak_to_final_acc_drop"] = float(np.mean([peak_to_final_drop(r) for r in records]))
+        if "teacher_acc" in records[0]["history"][-1]:
+            row["final_teacher_acc_privileged"] = float(np.mean([r["history"][-1]["teacher_acc"] for r in records]))
+        if "kl_ref" in records[0]["history"][-1]:
+            row["final_kl_ref"] = float(np.mean([r["history"][-1]["kl_ref"] for r in records]))
+        row["forward_passes_per_step"] = records[0]["cost"]["forward_passes_per_step"]
+        row["lr"] = records[0]["config"]["lr"]
+        row["steps"] = records[0]["steps"]
+        out[method] = {k: round(float(v), 6 if k == "lr" else 4) for k, v in row.items()}
     return out
 
 
-def seed_units(curves: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per-seed values of every claim, read from the curves table (held-out eval subset).
+def seed_units(runs: dict[str, list[dict]]) -> dict[str, pd.DataFrame]:
+    """Per-seed values of every claim. Seeds are paired across methods (same base, same derived
+    seed, same prompt order) and each seed is one independent training run, so the seed is both
+    the unit and the cluster. Every method ran the same steps with the same probe steps, so the
+    curve values compared here are read at identical step indices (checked: a mismatch raises).
 
-    Seeds are paired across methods (same base, same prompt order) and each seed is one
-    independent training run, so the seed is both the unit and the cluster. "Common step" is
-    the last step every method logged: accuracies compared there are read at identical steps
-    (none when the methods share no logged step after 0).
+    final_accuracy: greedy pass@1 on the whole test set after the last step; entropy values and
+    the peak-to-final drop come from the validation curves.
     """
-    shared = set.intersection(*(set(g) for _, g in curves.groupby("method")["step"]))
-    common = max(shared) if shared else 0   # step 0 is the shared base: nothing to compare there
-    rows: dict[str, list[dict]] = {k: [] for k in ("final_accuracy", "entropy_drop", "entropy_drop_sum",
-                                                   "peak_to_final_drop", "accuracy_at_common_step")}
-    for (method, seed), g in curves.groupby(["method", "seed"], sort=True):
-        g = g.sort_values("step")
-        first, last = g.iloc[0], g.iloc[-1]
-        at = g[g["step"] == common]
-        values = {"final_accuracy": last["acc"], "entropy_drop": first["entropy"] - last["entropy"],
-                  "entropy_drop_sum": first["entropy_sum"] - last["entropy_sum"],
-                  "peak_to_final_drop": g["acc"].max() - last["acc"],
-                  "accuracy_at_common_step": at["acc"].iloc[0] if len(at) and common > 0 else np.nan}
-        for table, v in values.items():
-            if np.isfinite(v):
-                rows[table].append({"arm": method, "cluster": int(seed), "unit": int(seed), "value": float(v)})
+    step_lists = {tuple(h["step"] for h in r["history"]) for rs in runs.values() for r in rs}
+    if len(step_lists) > 1:
+        raise ValueError(f"methods were probed at different steps: {sorted(step_lists)[:2]} …; compare at identical steps")
+    rows: dict[str, list[dict]] = {k: [] for k in ("final_accuracy", "entropy_drop", "entropy_drop_sum", "peak_to_final_drop",
+                                                   "entropy_start_end")}
+    for method, records in sorted(runs.items()):
+        for r in sorted(records, key=lambda r: r["seed"]):
+            first, last = r["history"][0], r["history"][-1]
+            values = {"final_accuracy": r["final"].get("pass1", np.nan), "entropy_drop": first["entropy"] - last["entropy"],
+                      "entropy_drop_sum": first.get("entropy_sum", np.nan) - last.get("entropy_sum", np.nan),
+                      "peak_to_final_drop": peak_to_final_drop(r)}
+            for table, v in values.items():
+                if np.isfinite(v):
+                    rows[table].append({"arm": method, "cluster": int(r["seed"]), "unit": int(r["seed"]), "value": float(v)})
+            if method == "reverse_kl":  # its own start vs its end: does reverse-KL lose entropy at all?
+                for arm, h in (("reverse_kl_end", last), ("reverse_kl_start", first)):
+                    rows["entropy_start_end"].append({"arm": arm, "cluster": int(r["seed"]), "unit": int(r["seed"]),
+                                                      "value": float(h["entropy"])})
     return {k: unit_table(v) for k, v in rows.items() if v}
 
 
-def preconditions(p: Params, curves: pd.DataFrame, base_loss: list[float], ev: EvidenceParams) -> list[dict]:
-    """What the claims rest on: a budget long enough to see collapse, a base that converged,
-    and a GRPO baseline that learns and ran the same budget."""
-    steps = curves.groupby("method")["step"].max()
-    start = curves[curves["step"] == 0].groupby("method")["acc"].mean()
-    end = curves.loc[curves.groupby(["method", "seed"])["step"].idxmax()].groupby("method")["acc"].mean()
+def preconditions(p: Params, runs: dict[str, list[dict]], base_loss: list[float], ev: EvidenceParams,
+                  base_val_acc: list[float] | None = None) -> list[dict]:
+    """What the claims rest on: a budget long enough to see collapse, enough paired seeds, a base
+    that stopped improving on validation, and a GRPO baseline that ran the same budget and learns
+    (on validation). The SFT *training* loss is reported too but no claim rests on it: on a finite
+    SFT set it keeps falling (memorisation) long after held-out accuracy has levelled off."""
+    steps = {m: sorted({r["steps"] for r in rs}) for m, rs in runs.items()}
+    seeds = {m: sorted(r["seed"] for r in rs) for m, rs in runs.items()}
+    n_seeds = min(len(v) for v in seeds.values())
     out = [precondition("long budget reaches the collapse regime", p.opsd.steps >= p.claims.min_long_steps,
                         value=p.opsd.steps, threshold=p.claims.min_long_steps,
-                        detail=f"{p.opsd.steps} update steps; reverse-KL collapse was seen within {p.claims.min_long_steps}"),
-           convergence("base model's SFT loss converged", base_loss, ev)]
-    if "grpo" in steps.index and "sr_opsd" in steps.index:
-        out.append(precondition("GRPO ran the same budget", steps["grpo"] == steps["sr_opsd"], value=int(steps["grpo"]),
-                                threshold=int(steps["sr_opsd"]),
-                                detail=f"GRPO {int(steps['grpo'])} steps vs SR-OPSD {int(steps['sr_opsd'])}"))
-        out.append(precondition("GRPO does not end below its starting accuracy", end["grpo"] >= start["grpo"],
-                                value=round(float(end["grpo"]), 4), threshold=round(float(start["grpo"]), 4),
-                                detail=f"held-out accuracy {start['grpo']:.3f} at step 0 → {end['grpo']:.3f} at the end (mean over seeds)"))
+                        detail=f"{p.opsd.steps} update steps for every method; reverse-KL collapse was seen within {p.claims.min_long_steps}"),
+           precondition("enough paired seeds", n_seeds >= p.claims.min_seeds and len({tuple(v) for v in seeds.values()}) == 1,
+                        value=n_seeds, threshold=p.claims.min_seeds,
+                        detail=f"{n_seeds} seeds in every method, the same seeds in each: {len({tuple(v) for v in seeds.values()}) == 1}"),
+           convergence("base model's SFT loss converged", base_loss, ev),
+           convergence("base model's validation accuracy plateaued", base_val_acc or [], ev, lower_is_better=False)]
+    if "grpo" in runs:
+        same = all(v == steps["grpo"] for v in steps.values())
+        out.append(precondition("GRPO ran the same budget", same, value=steps["grpo"][0], threshold=p.opsd.steps,
+                                detail="steps per method: " + ", ".join(f"{m} {v[0]}" for m, v in sorted(steps.items()))))
+        start = float(np.mean([r["history"][0]["acc"] for r in runs["grpo"]]))
+        end = float(np.mean([r["history"][-1]["acc"] for r in runs["grpo"]]))
+        out.append(precondition("GRPO does not end below its starting validation accuracy", end >= start,
+                                value=round(end, 4), threshold=round(start, 4),
+                                detail=f"validation accuracy {start:.3f} at step 0 → {end:.3f} at step {steps['grpo'][0]} (mean over seeds)"))
     return out
+
+
+BASE_PRECONDITIONS = ("long budget reaches the collapse regime", "enough paired seeds", "base model's validation accuracy plateaued")
 
 
 def claim_specs(p: Params, method: str = "sr_opsd", baseline: str = "reverse_kl") -> list[ClaimSpec]:
     """The self-distillation claims, stated from the params they test (headline first)."""
     alpha = p.methods[method].alpha if method in p.methods else float("nan")
-    base = ("long budget reaches the collapse regime", "base model's SFT loss converged")
-    common = dict(method=method, baseline=baseline, unit="seed", cluster="seed", preconditions=base)
-    specs = [
+    rho = p.methods[method].rho if method in p.methods else float("nan")
+    common = dict(method=method, baseline=baseline, unit="seed", cluster="seed", preconditions=BASE_PRECONDITIONS)
+    steps = p.opsd.steps
+    return [
+        ClaimSpec(id="reverse_kl_loses_entropy", table="entropy_start_end", metric="validation sample entropy (nats)",
+                  method="reverse_kl_end", baseline="reverse_kl_start", unit="seed", cluster="seed", higher_is_better=False,
+                  preconditions=BASE_PRECONDITIONS,
+                  statement=f"reverse-KL OPSD ends {steps} steps with lower entropy than it started with"),
         ClaimSpec(id="sr_opsd_keeps_entropy", role="headline", table="entropy_drop", metric="entropy drop (nats)",
-                  higher_is_better=False, statement=f"SR-OPSD (α={alpha:g}) loses less entropy than reverse-KL OPSD over {p.opsd.steps} steps",
+                  higher_is_better=False,
+                  statement=f"SR-OPSD (α={alpha:g}, ρ={rho:g}) loses less entropy than reverse-KL OPSD over {steps} steps", **common),
+        ClaimSpec(id="sr_opsd_degrades_less", role="headline", table="peak_to_final_drop", metric="peak-to-final validation accuracy drop",
+                  higher_is_better=False, statement=f"SR-OPSD degrades less from its peak accuracy than reverse-KL OPSD over {steps} steps",
                   **common),
-        ClaimSpec(id="sr_opsd_matches_accuracy", role="headline", table="final_accuracy", metric="held-out accuracy",
+        ClaimSpec(id="sr_opsd_matches_accuracy", role="headline", table="final_accuracy", metric="test accuracy (greedy pass@1)",
                   kind="non_inferiority", margin=p.claims.accuracy_margin,
-                  statement=f"SR-OPSD matches or beats reverse-KL OPSD on final accuracy (non-inferior by {p.claims.accuracy_margin:g})",
+                  statement=f"SR-OPSD matches or beats reverse-KL OPSD on final test accuracy (non-inferior by {p.claims.accuracy_margin:g})",
                   **common),
-        ClaimSpec(id="sr_opsd_degrades_less", role="headline", table="peak_to_final_drop", metric="peak-to-final accuracy drop",
-                  higher_is_better=False, statement="SR-OPSD degrades less from its peak accuracy than reverse-KL OPSD", **common),
         ClaimSpec(id="sr_opsd_keeps_entropy_sum", table="entropy_drop_sum", metric="entropy drop, multi-solution family (nats)",
                   higher_is_better=False, statement="SR-OPSD loses less entropy on the multi-solution family", **common),
+        ClaimSpec(id="sr_opsd_vs_grpo", table="final_accuracy", metric="test accuracy (greedy pass@1)",
+                  method=method, baseline="grpo", unit="seed", cluster="seed",
+                  statement=f"SR-OPSD beats the GRPO (RLVR) baseline on final test accuracy at the same {steps}-step budget",
+                  preconditions=(*BASE_PRECONDITIONS, "GRPO ran the same budget", "GRPO does not end below its starting validation accuracy")),
     ]
-    specs.append(ClaimSpec(id="sr_opsd_vs_grpo", table="accuracy_at_common_step", metric="held-out accuracy at a common step",
-                           method=method, baseline="grpo", unit="seed", cluster="seed",
-                           statement="SR-OPSD beats the GRPO (RLVR) baseline at an equal step",
-                           preconditions=("base model's SFT loss converged", "GRPO ran the same budget",
-                                          "GRPO does not end below its starting accuracy")))
-    return specs
 
 
 def sweep_table(sweep: list[dict]) -> pd.DataFrame:
@@ -165,18 +186,24 @@ def plot_curves(curves: pd.DataFrame, key: str, ylabel: str, path, title: str) -
 def markdown_results(metrics: dict, profile: str) -> str:
     """The measured-results block of docs/tracks/selfdistill.md, rendered from metrics/selfdistill.json."""
     lines = [f"<!-- generated by `python -m paperworks.selfdistill.report` from metrics/selfdistill.json (profile: {profile}) -->",
-             f"Profile **{profile}**: {metrics['seeds']} seeds, long budget {metrics['profile_steps']} update steps. "
-             f"Base model: {metrics['base']['n_params']:,} parameters, held-out greedy accuracy {metrics['base']['acc']:.3f} "
-             f"(plain prompt), {metrics['base']['teacher_acc']:.3f} with the privileged context (eval subset). "
-             "Claims: the block generated by `make report` on the track page."]
-    keys = ["pass1", "pass1_add", "pass1_sum", "pass1_prog", "pass4", "entropy", "entropy_drop", "distinct_correct_multi",
-            "peak_to_final_acc_drop", "final_teacher_acc_privileged", "forward_passes_per_step"]
-    lines += ["", "| method | " + " | ".join(keys) + " |", "| --- |" + " ---: |" * len(keys)]
+             f"Profile **{profile}**: {metrics['seeds']} paired seeds, every method {metrics['profile_steps']} update steps. "
+             f"Base model: {metrics['base']['n_params']:,} parameters, validation greedy accuracy {metrics['base']['acc']:.3f} "
+             f"(plain prompt), {metrics['base']['teacher_acc']:.3f} with the privileged context."]
+    if "grpo_tuning" in metrics:
+        t = metrics["grpo_tuning"]
+        lines += ["", f"GRPO peak learning rate chosen on validation: **{t['chosen_lr']:g}** (tuning seed, same budget). Tried:", "",
+                  "| lr | validation acc at step 0 | at the end | share of all-zero reward groups |", "| ---: | ---: | ---: | ---: |"]
+        lines += [f"| {r['lr']:g} | {r['start_acc']:.3f} | {r['final_acc']:.3f} | {r['zero_reward_groups']:.3f} |" for r in t["table"]]
+    keys = ["pass1", "pass1_add", "pass1_sum", "pass1_prog", "pass4", "val_acc_start", "val_acc_final", "entropy_drop",
+            "distinct_correct_multi", "peak_to_final_acc_drop", "final_teacher_acc_privileged", "final_kl_ref", "forward_passes_per_step"]
+    lines += ["", "Per method, mean over seeds (`pass*`, `distinct_correct_multi`: whole test set after the last step; "
+                  "`val_*`, entropy, peak-to-final, teacher and KL: validation curves):", "",
+              "| method | lr | " + " | ".join(keys) + " |", "| --- | ---: |" + " ---: |" * len(keys)]
     for method, row in metrics["summary"].items():
-        lines.append(f"| {method} | " + " | ".join("" if row.get(k) is None else f"{row[k]:.3f}" for k in keys) + " |")
+        lines.append(f"| {method} | {row['lr']:g} | " + " | ".join("" if row.get(k) is None else f"{row[k]:.3f}" for k in keys) + " |")
     if "sweep_best" in metrics:
         b = metrics["sweep_best"]
-        lines += ["", f"Sweep ({b['steps']} steps per point): best held-out accuracy {b['acc']:.3f} at α = {b['alpha']}, ρ = {b['rho']} "
+        lines += ["", f"Sweep ({b['steps']} steps per point, validation): best accuracy {b['acc']:.3f} at α = {b['alpha']}, ρ = {b['rho']} "
                       "(full grid in `plots/selfdistill/sweep.csv`)."]
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ FAMILIES = ("add", "sum", "prog")
 MULTI_SOLUTION = ("sum",)
 
 TASK_SCHEMA = pa.schema([
-    ("split", pa.string()),          # sft | train | test
+    ("split", pa.string()),          # sft | train | val | test
     ("family", pa.string()),
     ("prompt", pa.string()),
     ("privileged_prompt", pa.string()),
@@ -139,22 +139,33 @@ def draw_key(family: str, rng: np.random.Generator, p) -> tuple:
     return _draw_prog(rng, p.prog_ops)
 
 
+def problem_identity(key: tuple) -> tuple:
+    """What makes two problems the same one. For ``sum`` it is the multiset of terms: every order of
+    the same terms has the same answer and the same set of correct responses, so two orders of one
+    multiset are one problem (a held-out split must not share a multiset with training)."""
+    if key[0] == "sum":
+        return ("sum", *sorted(key[1:]))
+    return key
+
+
 PROBLEM = {"add": add_problem, "sum": sum_problem, "prog": prog_problem}
 SOLUTION = {"add": add_solution, "sum": sum_solution, "prog": prog_solution}
 
 
 def make_tasks(p, seed: int) -> list[dict]:
-    """All rows of the task table: held-out test prompts first, then disjoint train and SFT rows."""
+    """All rows of the task table: held-out test prompts first, then validation, then train and SFT
+    rows. Test and validation problems are unique, disjoint from each other and from every
+    training/SFT problem by :func:`problem_identity` (for ``sum``: the multiset of terms)."""
     rng = np.random.default_rng(seed)
     rows: list[dict] = []
-    used: set[tuple] = set()
 
     def fresh(family: str, avoid: set[tuple], tries: int = 1000) -> tuple:
         for _ in range(tries):
             key = draw_key(family, rng, p)
-            if key not in avoid:
+            if problem_identity(key) not in avoid:
                 return key
-        raise ValueError(f"could not draw a fresh '{family}' problem: the problem space is too small")
+        raise ValueError(f"could not draw a fresh '{family}' problem: the problem space is too small "
+                         f"(selfdistill.data: fewer held-out problems or more terms/digits)")
 
     def row(split: str, key: tuple, use_priv: bool = False) -> dict:
         prob = PROBLEM[key[0]](key)
@@ -167,15 +178,16 @@ def make_tasks(p, seed: int) -> list[dict]:
                 "privileged_prompt": privileged_prompt(reference, prob.prompt),
                 "completion": target, "answer": prob.answer, "use_privileged": use_priv}
 
-    for family in FAMILIES:  # test problems are unique and never seen in training
-        for _ in range(p.n_test_per_family):
-            key = fresh(family, used)
-            used.add(key)
-            rows.append(row("test", key))
-    test_keys = set(used)
+    held_out: set[tuple] = set()
+    for split, n in (("test", p.n_test_per_family), ("val", p.n_val_per_family)):
+        for family in FAMILIES:  # held-out problems are unique and never seen in training
+            for _ in range(n):
+                key = fresh(family, held_out)
+                held_out.add(problem_identity(key))
+                rows.append(row(split, key))
     for i in range(p.n_train_prompts):
-        rows.append(row("train", fresh(FAMILIES[i % len(FAMILIES)], test_keys)))
+        rows.append(row("train", fresh(FAMILIES[i % len(FAMILIES)], held_out)))
     for i in range(p.n_sft):
         use_priv = bool(rng.random() < p.sft_privileged_share)
-        rows.append(row("sft", fresh(FAMILIES[i % len(FAMILIES)], test_keys), use_priv))
+        rows.append(row("sft", fresh(FAMILIES[i % len(FAMILIES)], held_out), use_priv))
     return rows

@@ -1,4 +1,4 @@
-"""Stage selfdistill_sweep@<alpha>-<rho>: one short SR-OPSD run of the α × ρ grid.
+"""Stage selfdistill_sweep@<alpha>-<rho>: one short SR-OPSD run of the α × ρ grid (validation probe).
 
     python -m stages.selfdistill.sweep --alpha 0.5 --rho 0.75
 """
@@ -13,7 +13,7 @@ from paperworks.core.params import format_validation_error, global_seed, load_se
 from paperworks.core.stage import stage_main
 from paperworks.selfdistill.params import MethodSpec, Params
 from paperworks.selfdistill.pipeline import DATA, load_base, load_inputs
-from paperworks.selfdistill.runner import run_seeds
+from paperworks.selfdistill.runner import run_seed
 
 
 def sweep_name(alpha: float, rho: float) -> str:
@@ -33,8 +33,11 @@ def main() -> None:
         raise ParamsError(format_validation_error("selfdistill.sweep", e)) from None
     tasks, tok = load_inputs(p)
     base = load_base(p, tok)
-    result, _ = run_seeds(p, base, tok, tasks, "sweep", spec, p.sweep.seeds, global_seed(read_params_file()), steps=p.sweep.steps,
-                          final=False)  # short runs: the last held-out probe is the result
+    name = sweep_name(args.alpha, args.rho)
+    runs = [run_seed(p, base, tok, tasks, "sweep", spec, s, global_seed(read_params_file()), steps=p.sweep.steps, final=False,
+                     label=f"sweep_{name}")[0]  # short runs: the last validation probe is the result
+            for s in p.sweep.seeds]
+    result = {"method": "sweep", "spec": spec.model_dump(), "runs": runs}
     write_json(DATA / "sweep" / f"{sweep_name(args.alpha, args.rho)}.json", result)
     for r in result["runs"]:
         print(sweep_name(args.alpha, args.rho), r["seed"], {k: round(v, 3) for k, v in r["history"][-1].items()})

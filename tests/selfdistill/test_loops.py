@@ -18,11 +18,11 @@ CFG = LMConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, 
 @pytest.fixture(scope="module")
 def setup():
     torch.set_num_threads(1)
-    tasks = pd.DataFrame(make_tasks(DataParams(n_sft=12, n_train_prompts=30, n_test_per_family=4), 0))
+    tasks = pd.DataFrame(make_tasks(DataParams(n_sft=12, n_train_prompts=30, n_test_per_family=4, n_val_per_family=4), 0))
     tok = train_tokenizer(list(tasks["privileged_prompt"]) + list(tasks["completion"]))
     base = build_model(CFG, len(tok), seed=0)
     train = tasks[tasks.split == "train"].reset_index(drop=True)
-    evals = eval_subset(tasks[tasks.split == "test"], 2)
+    evals = eval_subset(tasks[tasks.split == "val"], 2)
     return base, tok, train, evals
 
 
@@ -43,7 +43,8 @@ def test_opsd_runs_and_updates(setup, alpha, rho, direction, teacher):
     moved = not all(torch.equal(a, b) for a, b in zip(before, tch.parameters()))
     assert moved == (teacher == "ema")  # the frozen control keeps the base as teacher
     assert [h["step"] for h in history] == [0, 1, 2]
-    assert {"acc", "entropy", "teacher_acc", "acc_sum", "train_loss"} <= set(history[-1])
+    assert {"acc", "entropy", "teacher_acc", "acc_sum", "train_loss", "train_lr", "kl_ref"} <= set(history[-1])
+    assert history[0]["kl_ref"] == pytest.approx(0.0, abs=1e-6)  # step 0: the student is the base
     assert cost["forward_passes_per_step"] == (3 if alpha < 1 else 2)
 
 
@@ -70,5 +71,11 @@ def test_grpo_runs(setup):
     cfg = GRPOConfig(steps=2, prompts_per_step=4, group_size=2, max_new_tokens=12, eval_every=2, warmup_steps=0)
     student, history, cost = train_grpo(base, tok, train, evals, cfg)
     assert [h["step"] for h in history] == [0, 2] and "teacher_acc" not in history[-1]
+    # the diagnostics of GRPO's fall: reward sparsity, KL to the reference, learning rate
+    last = history[-1]
+    assert {"train_zero_reward_groups", "train_no_contrast_groups", "train_kl_k3", "train_lr", "kl_ref"} <= set(last)
+    assert 0.0 <= last["train_zero_reward_groups"] <= last["train_no_contrast_groups"] <= 1.0
+    # an untrained model gets no reward: every group is all-zero
+    assert last["train_zero_reward_groups"] == 1.0
     with pytest.raises(ValueError, match="multiple"):
         train_grpo(base, tok, train, evals, GRPOConfig(steps=1, prompts_per_step=5, group_size=2))
