@@ -29,14 +29,14 @@ def study_name(prefix: str, config: str, search_space: dict) -> str:
 
 def _rdb_storage(storage_url: str, heartbeat_s: int, grace_s: int, attempts: int = 5) -> optuna.storages.RDBStorage:
     """Optuna creates its tables on first open; two workers opening a fresh PostgreSQL database at
-    once race on that (one gets a UniqueViolation on the type catalogue). The loser retries: by then
-    the tables exist and opening is a no-op."""
-    from sqlalchemy.exc import IntegrityError
+    once race on that (a UniqueViolation on the type catalogue, or DuplicateTable when both create the
+    same table). The loser retries: by then the tables exist and opening is a no-op."""
+    from sqlalchemy.exc import IntegrityError, ProgrammingError
 
     for attempt in range(attempts):
         try:
             return optuna.storages.RDBStorage(storage_url, heartbeat_interval=heartbeat_s, grace_period=grace_s)
-        except IntegrityError:
+        except (IntegrityError, ProgrammingError):
             if attempt == attempts - 1:
                 raise
             time.sleep(0.5 * (attempt + 1))

@@ -35,3 +35,20 @@ def test_a_persistent_integrity_error_is_not_swallowed(monkeypatch, tmp_path):
     monkeypatch.setattr(tuning.time, "sleep", lambda s: None)
     with pytest.raises(IntegrityError):
         tuning.open_study("s", f"sqlite:///{tmp_path / 'study.db'}", seed=0)
+
+
+def test_losing_a_create_table_race_retries_too(monkeypatch, tmp_path):
+    from sqlalchemy.exc import ProgrammingError
+
+    real, calls = optuna.storages.RDBStorage, []
+
+    class DuplicateTableOnce(real):
+        def __init__(self, url, **kwargs):
+            calls.append(url)
+            if len(calls) == 1:
+                raise ProgrammingError("CREATE TABLE studies", {}, Exception('relation "studies" already exists'))
+            super().__init__(url, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", DuplicateTableOnce)
+    monkeypatch.setattr(tuning.time, "sleep", lambda s: None)
+    assert tuning.open_study("s", f"sqlite:///{tmp_path / 'study.db'}", seed=0).study_name == "s" and len(calls) == 2
