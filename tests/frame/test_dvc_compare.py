@@ -96,3 +96,15 @@ def test_metrics_diff_shows_each_claim_moving(tmp_path: Path) -> None:
     assert out["claim_summary.tree_vs_teacher.diff"]["old"] == 0.05
     assert out["claim_summary.tree_vs_teacher.diff"]["new"] == 0.30
     assert out["claim_summary.tree_vs_teacher.ci_high"]["diff"] == pytest.approx(0.25)
+
+
+def test_dvc_metrics_are_the_tracks_metrics_files_only() -> None:
+    """`dvc metrics show` / `dvc exp show` list what the tracks measure (metrics/<track>.json, with the
+    claims keyed by id), not the last logged value of every training run: dvclive's per-run
+    metrics.json is an output and its curves are plots."""
+    from tests.conftest import REPO
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    declared = [next(iter(m)) if isinstance(m, dict) else m
+                for stage in stages.values() for m in stage.get("metrics", [])]
+    assert declared and all(p.startswith("metrics/") for p in declared), [p for p in declared if not p.startswith("metrics/")]
