@@ -46,7 +46,7 @@ class EncoderParams(StrictModel):
 
 
 class RetrievalParams(StrictModel):
-    engine: Literal["faiss", "numpy"] = "faiss"
+    engine: Literal["faiss", "torch", "numpy"] = "faiss"
     branch_topk: int = Field(100, ge=10, le=2000)  # candidates each backbone × view branch returns
 
 
