@@ -27,13 +27,12 @@ from tqdm import tqdm
 
 from paperworks.person_search.data import ATTR_VALUES
 from paperworks.person_search.embed import MINILM_DIM
-from paperworks.person_search.text import FACETS, VIEWS
+from paperworks.person_search.text import CLOZE_SLOTS, FACETS, VIEWS
 from paperworks.person_search.towers import images_to_tensor
 
 log = logging.getLogger("paperworks.person_search")
 
 EXPERTS = ("cross", "cloze", "verify")
-CLOZE_SLOTS = ("action", "object", "upper", "lower", "headwear", "bag")
 
 
 class PatchEncoder(nn.Module):
