@@ -1,35 +1,56 @@
-"""Stage-1 / stage-2 speed and memory at the full PAB gallery size (36,773 images), 2 cores.
+"""Stage-1 throughput of the person-search track at PAB gallery sizes, end to end, with where the time goes.
 
-Measured here, printed as a table:
-- index build time and top-k query throughput, numpy vs faiss (IndexFlatIP), side by side;
-- stage 1 end to end: every backbone × view branch searched + anchor-constrained fusion, queries/s;
-- rerank latency per query (three experts over a 10-image pool);
-- image-tower throughput and peak memory when embedding the whole 36,773-image gallery.
+One command (≤ 3 min on 2 cores) writes ``benchmarks/results/person_search_index.md``:
 
-The gallery/query embeddings are *random unit vectors of the right shape* (36,773 × 128) and
-the images random uint8 arrays: throughput and memory do not depend on what the vectors
-encode, and this keeps the benchmark independent of any trained artifact.
+    PYTHONPATH=$PWD python benchmarks/person_search_index.py
 
-Run: ``python benchmarks/person_search_index.py [--threads 2] [--queries 500]``.
+For each gallery size (default 5,949 = the default profile, 36,773 = PAB) and thread count (1, 2):
+
+- **stage 1 end to end** (the method, ``retrieval.Stage1`` + ``embed.QueryEncoder``): query captions
+  → facet parsing → MiniLM-L6 (the real model; one call per *distinct* view text, cache empty at
+  the start of each run) → the 3 backbones' text towers → torch top-K of the 6 anchor branches →
+  pool → 18 branches scored on the pool → fusion over padded pools. Queries/s over the whole chain,
+  and the seconds of each step.
+- **faiss flat anchor**: ``IndexFlatIP`` on the same embeddings, the same 6 anchor searches alone
+  (the physical floor of an exact search) and one top-10 branch search.
+- **old path** (before issue 13): all 18 branches searched over the gallery + the per-query fusion
+  loop (``fusion.fuse_all_slow``), on fewer queries.
+
+The gallery embeddings are random unit vectors of the trained shape (G × 128 per backbone): the
+gallery is embedded offline, and search cost does not depend on what the vectors encode. The
+text towers are untrained ``DualEncoder`` text heads (same shapes as trained ones). The machine's
+load average (``/proc/loadavg``, 1 min) is printed beside every row: on a shared machine the
+figures are loaded and say so.
 """
 from __future__ import annotations
 
 import argparse
-import resource
+import os
+import platform
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import torch
+from threadpoolctl import threadpool_limits
 
-from paperworks.person_search.experts import ClozeExpert, CrossReranker, FacetVerifier, score_cloze, score_cross, score_verify
-from paperworks.person_search.fusion import FusionConfig, fuse_all
-from paperworks.person_search.retrieval import FlatIndex, search_branches
-from paperworks.person_search.text import VIEWS
-from paperworks.person_search.towers import DualEncoder, embed_images, images_to_tensor
+from paperworks.person_search.data import random_spec
+from paperworks.person_search.embed import QueryEncoder, load_minilm
+from paperworks.person_search.fusion import FusionConfig, fuse_all_slow
+from paperworks.person_search.retrieval import FlatIndex, Stage1, search_branches
+from paperworks.person_search.text import VIEWS, caption
+from paperworks.person_search.towers import DualEncoder
 
-N_GALLERY = 1978 + 34795  # PAB: targets + distractors
+SIZES = (5949, 1978 + 34795)  # default profile (320 targets × 18.59) and PAB (targets + distractors)
 DIM, H, W = 128, 64, 48
 BACKBONES = ("cnn", "resnet", "vit")
+WEIGHTS = (1.0, 1.0, 0.5, 0.5, 0.5, 0.5)
+OUT = Path("benchmarks/results/person_search_index.md")
+
+
+def load1() -> str:
+    return Path("/proc/loadavg").read_text().split()[0]
 
 
 def unit(rng: np.random.Generator, *shape: int) -> np.ndarray:
@@ -37,81 +58,150 @@ def unit(rng: np.random.Generator, *shape: int) -> np.ndarray:
     return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def peak_rss_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def captions(n: int, seed: int) -> list[str]:
+    rng = np.random.default_rng(seed)
+    specs = [random_spec(rng) for _ in range(n)]
+    return [caption(s.person, rng, 0.1, s.light, s.weather) for s in specs]
 
 
-def timed(fn, repeat: int = 1):
+def towers() -> list:
+    torch.manual_seed(0)
+    models = [DualEncoder(bb, DIM, H, W).eval() for bb in BACKBONES]
+
+    def project(model):
+        def f(emb: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return model.encode_texts(torch.from_numpy(emb)).numpy()
+        return f
+    return [project(m) for m in models]
+
+
+def stage1_run(size: int, threads: int, n_queries: int, topk: int, minilm, seed: int, engine: str = "torch") -> dict:
+    """One end-to-end stage-1 run; seconds per step."""
+    rng = np.random.default_rng(seed)
+    galleries = [unit(rng, size, DIM) for _ in BACKBONES]
+    texts = captions(n_queries, seed)
+    enc = QueryEncoder(towers(), model=minilm)
+    cfg = FusionConfig(WEIGHTS, agreement_depth=topk)
+    stage1 = Stage1(galleries, cfg, topk, engine)  # index build: offline, not timed
+    t = {}
     t0 = time.perf_counter()
-    for _ in range(repeat):
-        out = fn()
-    return (time.perf_counter() - t0) / repeat, out
+    emb, present = enc.minilm(texts)  # parse + MiniLM (distinct texts only)
+    t1 = time.perf_counter()
+    qviews = enc.project(emb, present)
+    t2 = time.perf_counter()
+    pool = stage1.pool(qviews, present)
+    t3 = time.perf_counter()
+    ids, _ = stage1.fuse(pool, qviews, present, 10)
+    t4 = time.perf_counter()
+    t["parse + MiniLM"], t["text towers"], t["anchor search + pool"], t["pool scoring + fusion"] = t1 - t0, t2 - t1, t3 - t2, t4 - t3
+    t["total"] = t4 - t0
+    t["texts_per_query"] = len(enc.cache) / n_queries
+    t["mean_pool"] = float((pool >= 0).sum(1).mean())
+    # the scoring/fusion split, measured again on its own (same inputs)
+    from paperworks.person_search.fusion import branch_weights, fuse_pools, pool_scores
+    s0 = time.perf_counter()
+    raw = pool_scores(pool, stage1.galleries, qviews)
+    s1 = time.perf_counter()
+    fuse_pools(pool, raw, branch_weights(present, len(BACKBONES), cfg), cfg, 10)
+    s2 = time.perf_counter()
+    t["pool scoring"], t["fusion"] = s1 - s0, s2 - s1
+    # faiss flat anchor on the same embeddings: the same 6 anchor searches alone, and one top-10 branch
+    anchors = [np.ascontiguousarray(qv[:, :2].reshape(-1, DIM)) for qv in qviews]
+    fidx = [FlatIndex(g, "faiss") for g in galleries]
+    f0 = time.perf_counter()
+    for ix, a in zip(fidx, anchors):
+        ix.search(a, topk)
+    f1 = time.perf_counter()
+    fidx[0].search(np.ascontiguousarray(qviews[0][:, 0]), 10)
+    f2 = time.perf_counter()
+    t["faiss anchors"], t["faiss top-10"] = f1 - f0, f2 - f1
+    # torch top-k for the anchor searches (same embeddings)
+    tidx = [FlatIndex(g, "torch") for g in galleries]
+    g0 = time.perf_counter()
+    for ix, a in zip(tidx, anchors):
+        ix.search(a, topk)
+    t["torch anchors"] = time.perf_counter() - g0
+    return t
+
+
+def old_path_run(size: int, n_queries: int, topk: int, seed: int) -> float:
+    """Before issue 13: every one of the 18 branches searched over the gallery, then a per-query fusion loop."""
+    rng = np.random.default_rng(seed)
+    galleries = [unit(rng, size, DIM) for _ in BACKBONES]
+    qviews = [unit(rng, n_queries, len(VIEWS), DIM) for _ in BACKBONES]
+    present = np.ones((n_queries, len(VIEWS)), bool)
+    indexes = [FlatIndex(g, "faiss") for g in galleries]
+    t0 = time.perf_counter()
+    ids = np.stack([search_branches(ix, qv, present, topk)[1] for ix, qv in zip(indexes, qviews)])
+    fuse_all_slow(ids, galleries, qviews, present, FusionConfig(WEIGHTS, agreement_depth=topk), 10)
+    return time.perf_counter() - t0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--queries", type=int, default=500)
-    ap.add_argument("--topk", type=int, default=100, help="candidates per branch (params: retrieval.branch_topk)")
+    ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--queries", type=int, default=400)
+    ap.add_argument("--old-queries", type=int, default=60)
+    ap.add_argument("--topk", type=int, default=100, help="candidates per anchor branch (params: retrieval.branch_topk)")
+    ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     import faiss
 
-    faiss.omp_set_num_threads(args.threads)
-    rng = np.random.default_rng(0)
-    rows: list[tuple[str, str, str]] = []
-
-    gallery = unit(rng, N_GALLERY, DIM)
-    queries = unit(rng, args.queries, DIM)
-    for engine in ("numpy", "faiss"):
-        build, index = timed(lambda: FlatIndex(gallery, engine))
-        for k in (10, args.topk):
-            secs, _ = timed(lambda: index.search(queries, k))
-            rows.append((f"index {engine}", f"build {build * 1000:.0f} ms", f"top-{k}: {args.queries / secs:,.0f} queries/s"))
-
-    # Stage 1 end to end: 3 backbones × 6 views, top-K each, then fusion (anchor, percentile, agreement).
-    galleries = [unit(rng, N_GALLERY, DIM) for _ in BACKBONES]
-    qviews = [unit(rng, args.queries, len(VIEWS), DIM) for _ in BACKBONES]
-    present = np.ones((args.queries, len(VIEWS)), bool)
-    present[::3, 4] = False  # some queries mention no object
-    for engine in ("numpy", "faiss"):
-        indexes = [FlatIndex(g, engine) for g in galleries]
-        t_search, ids = timed(lambda: np.stack([search_branches(ix, qv, present, args.topk)[1] for ix, qv in zip(indexes, qviews)]))
-        cfg = FusionConfig((1.0, 1.0, 0.5, 0.5, 0.5, 0.5))
-        t_fuse, _ = timed(lambda: fuse_all(ids, galleries, qviews, present, cfg, 10))
-        total = t_search + t_fuse
-        rows.append((f"stage 1 ({engine})", f"{len(BACKBONES) * len(VIEWS)} branches + fusion",
-                     f"{args.queries / total:,.0f} queries/s (search {1000 * t_search / args.queries:.2f} ms, "
-                     f"fusion {1000 * t_fuse / args.queries:.2f} ms per query)"))
-
-    # Stage 2: rerank latency per query (pool of 10), untrained experts of the default size.
-    n_q, pool = 64, 10
-    x = images_to_tensor(rng.integers(0, 256, (n_q * pool, H, W, 3), dtype=np.uint8)).view(n_q, pool, 3, H, W)
-    tokens = torch.from_numpy(unit(rng, n_q, len(VIEWS), 384))
-    pres = torch.ones(n_q, len(VIEWS), dtype=torch.bool)
-    view_ids = np.tile(np.arange(len(VIEWS)), (n_q, 1))
-    text_emb = unit(rng, len(VIEWS), 384)
-    slots = [{"action": "falling", "object": "car", "upper": "red", "lower": "blue"}] * n_q
-    cross, cloze, verify = CrossReranker(32, H, W).eval(), ClozeExpert(32, H, W).eval(), FacetVerifier(32, H, W).eval()
-    for name, fn in (("cross", lambda: score_cross(cross, x, tokens, pres)), ("cloze", lambda: score_cloze(cloze, x, slots)),
-                     ("verify", lambda: score_verify(verify, x, view_ids, text_emb))):
-        secs, _ = timed(fn, repeat=2)
-        rows.append((f"rerank {name}", f"pool {pool}", f"{1000 * secs / n_q:.2f} ms per query"))
-
-    # Embedding the full-size gallery with one image tower (batches of 512) and peak memory.
-    images = rng.integers(0, 256, (N_GALLERY, H, W, 3), dtype=np.uint8)
-    for bb in BACKBONES:
-        model = DualEncoder(bb, DIM, H, W).eval()
-        secs, emb = timed(lambda: embed_images(model, images))
-        rows.append((f"embed gallery ({bb})", f"{N_GALLERY:,} images", f"{N_GALLERY / secs:,.0f} images/s, {secs:.1f} s"))
-    rows.append(("peak memory", "whole benchmark process", f"{peak_rss_mib():,.0f} MiB RSS"))
-
-    w0 = max(len(r[0]) for r in rows)
-    w1 = max(len(r[1]) for r in rows)
-    print(f"person_search index benchmark — gallery {N_GALLERY:,} × {DIM}, {args.threads} threads, {args.queries} queries")
-    print(f"{'what':<{w0}}  {'setting':<{w1}}  result")
-    for a, b, c in rows:
-        print(f"{a:<{w0}}  {b:<{w1}}  {c}")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    threads = [int(s) for s in args.threads.split(",")]
+    started, load_before = time.perf_counter(), Path("/proc/loadavg").read_text().strip()
+    minilm = load_minilm()
+    main_rows, split_rows = [], []
+    for size in sizes:
+        for th in threads:
+            torch.set_num_threads(th)
+            faiss.omp_set_num_threads(th)
+            with threadpool_limits(th):
+                stage1_run(size, th, 50, args.topk, minilm, seed=99)  # warm-up (allocations, MiniLM kernels)
+                la = load1()
+                t = stage1_run(size, th, args.queries, args.topk, minilm, seed=size + th)
+                old = old_path_run(size, args.old_queries, args.topk, seed=1)
+                lb = load1()
+            q = args.queries
+            main_rows.append(
+                f"| {size:,} | {th} | **{q / t['total']:,.0f}** | {q / (t['total'] - t['parse + MiniLM']):,.0f} "
+                f"| {q / t['faiss anchors']:,.0f} | {q / t['torch anchors']:,.0f} | {q / t['faiss top-10']:,.0f} "
+                f"| {args.old_queries / old:,.0f} | {t['mean_pool']:.0f} | {t['texts_per_query']:.2f} | {la} → {lb} |")
+            ms = {k: 1000 * t[k] / q for k in ("parse + MiniLM", "text towers", "anchor search + pool", "pool scoring", "fusion", "total")}
+            split_rows.append(f"| {size:,} | {th} | " + " | ".join(f"{ms[k]:.2f} ({100 * t[k] / t['total']:.0f} %)" if k != "total"
+                                                                 else f"{ms[k]:.2f}" for k in ms) + f" | {lb} |")
+    wall = time.perf_counter() - started
+    lines = [
+        "# person_search stage-1 benchmark",
+        "",
+        f"`PYTHONPATH=$PWD python benchmarks/person_search_index.py` — {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"{platform.node()}, {os.cpu_count()} CPUs, {args.queries} queries per run (old path: {args.old_queries}), "
+        f"top-{args.topk} per anchor branch, 3 backbones × 6 views, embeddings {DIM}-d; wall {wall:.0f} s.",
+        f"Load average before: {load_before.split(' ')[:3]}; after: {Path('/proc/loadavg').read_text().split()[:3]}. "
+        "A load above the core count means the figures are slowed by other work on the machine.",
+        "",
+        "Queries/s (load = 1-min load average before → after the row).",
+        "",
+        "| gallery | threads | stage 1 end to end | without MiniLM | faiss flat, 6 anchor top-K | torch top-k, 6 anchors | faiss flat, one top-10 | old path (18 branches + loop) | mean pool | MiniLM texts / query | load |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        *main_rows,
+        "",
+        "Where the time goes: ms per query (share of the end-to-end time). Pool scoring and fusion were also",
+        "timed together inside the run; the split is a second measurement on the same inputs.",
+        "",
+        "| gallery | threads | parse + MiniLM | text towers | anchor search + pool | pool scoring | fusion | total | load after |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        *split_rows,
+        "",
+    ]
+    text = "\n".join(lines)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(args.out)
+    print(text)
 
 
 if __name__ == "__main__":

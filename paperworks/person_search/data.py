@@ -2,10 +2,17 @@
 distractors in the PAB proportion, and paragraph queries.
 
 Hard distractors (as in PAB) share clothing, pose or scene with their target and
-differ in *one* attribute — mostly the action or the object. Every attribute tuple in
-the gallery is unique, so each query has exactly one relevant image (its target).
-Training uses the same family construction (base + single-edit variants), rendered in
-the *sim* domain, so the models see hard negatives without ever seeing a real image.
+differ in *one* attribute. Every attribute tuple in the gallery is unique, so each query
+has exactly one relevant image (its target). Training uses the same family construction
+(base + single-edit variants), rendered in the *sim* domain, so the models see hard
+negatives without ever seeing a real image.
+
+An item is the renderer's pedestrian (seven attributes) plus two *conditions*, light and
+weather, painted over the rendered image here (the shared renderer has no such attribute).
+The edit weights (``data.edit_weights``) decide which attribute a distractor changes; the
+default puts about half of the edits outside every cloze slot (scene, light, weather), so no
+expert's closed vocabulary is aligned with the generator by construction. The realised
+share is written to ``corpus/summary.json`` (the data card).
 """
 from __future__ import annotations
 
@@ -19,14 +26,57 @@ from tqdm import tqdm
 from paperworks.core.render import (
     ACTIONS, BAGS, COLOURS, HEADWEAR, OBJECTS, SCENES, PedestrianSpec, is_consistent, render_pedestrian,
 )
-from paperworks.person_search.text import caption
+from paperworks.person_search.text import CLOZE_SLOTS, caption
 
-ATTRS = ("upper", "lower", "headwear", "bag", "action", "object", "scene")
+PERSON_ATTRS = ("upper", "lower", "headwear", "bag", "action", "object", "scene")
+LIGHTS = ("day", "dusk", "night")
+WEATHERS = ("clear", "rain", "fog", "snow")
+CONDITIONS = ("light", "weather")
+ATTRS = (*PERSON_ATTRS, *CONDITIONS)
 ATTR_VALUES = {"upper": COLOURS, "lower": COLOURS, "headwear": HEADWEAR, "bag": BAGS,
-               "action": ACTIONS, "object": OBJECTS, "scene": SCENES}
-# Which single edits a hard distractor makes, and how often (PAB: mostly action/object).
-EDIT_WEIGHTS = {"action": 0.35, "object": 0.3, "upper": 0.1, "lower": 0.1, "scene": 0.08, "headwear": 0.04, "bag": 0.03}
+               "action": ACTIONS, "object": OBJECTS, "scene": SCENES, "light": LIGHTS, "weather": WEATHERS}
+# Which single edits a hard distractor makes, and how often: the default of ``data.edit_weights``.
+EDIT_WEIGHTS = {"action": 0.16, "object": 0.12, "upper": 0.05, "lower": 0.05, "headwear": 0.03, "bag": 0.02,
+                "scene": 0.19, "light": 0.19, "weather": 0.19}
 PAB_TARGETS, PAB_DISTRACTORS = 1978, 34795
+
+
+@dataclass(frozen=True)
+class ItemSpec:
+    """A gallery/training item: the rendered pedestrian plus the light and weather painted over it."""
+
+    person: PedestrianSpec
+    light: str = "day"
+    weather: str = "clear"
+
+    def as_dict(self) -> dict[str, str]:
+        return self.person.as_dict() | {"light": self.light, "weather": self.weather}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, str]) -> "ItemSpec":
+        return cls(PedestrianSpec(**{a: d[a] for a in PERSON_ATTRS}), d["light"], d["weather"])
+
+
+def apply_conditions(img: np.ndarray, light: str, weather: str, seed: int) -> np.ndarray:
+    """Paint light and weather over a rendered image (deterministic in ``seed``)."""
+    rng = np.random.default_rng(seed + 7919)
+    x = img.astype(np.float32)
+    if light == "dusk":
+        x = x * np.array([1.0, 0.72, 0.45], dtype=np.float32) + np.array([18.0, 4.0, 0.0], dtype=np.float32)
+    elif light == "night":
+        x = x * 0.35 + np.array([0.0, 6.0, 34.0], dtype=np.float32)
+    h, w = x.shape[:2]
+    if weather == "rain":  # short diagonal streaks
+        for _ in range(max(6, h * w // 180)):
+            r, c = int(rng.integers(0, h - 5)), int(rng.integers(0, w - 3))
+            for t in range(5):
+                x[r + t, c + t // 2] = 0.4 * x[r + t, c + t // 2] + 0.6 * np.array([175.0, 190.0, 215.0])
+    elif weather == "snow":  # white flakes
+        flakes = rng.random((h, w)) < 0.045
+        x[flakes] = 245.0
+    elif weather == "fog":  # a grey veil
+        x = 0.5 * x + 0.5 * 190.0
+    return np.clip(x, 0, 255).astype(np.uint8)
 
 ITEM_SCHEMA = pa.schema([
     ("item_id", pa.int64()), ("family", pa.int64()), ("is_target", pa.bool_()),
@@ -47,19 +97,21 @@ class CorpusConfig:
     drop_scene_prob: float
     width: int
     height: int
+    edit_weights: dict[str, float] | None = None  # None: EDIT_WEIGHTS
 
 
-def random_spec(rng: np.random.Generator) -> PedestrianSpec:
+def random_spec(rng: np.random.Generator) -> ItemSpec:
     action = ACTIONS[int(rng.integers(len(ACTIONS)))]
     objects = [o for o in OBJECTS if is_consistent(action, o)]
-    return PedestrianSpec(
+    person = PedestrianSpec(
         upper=COLOURS[int(rng.integers(len(COLOURS)))], lower=COLOURS[int(rng.integers(len(COLOURS)))],
         headwear=HEADWEAR[int(rng.integers(len(HEADWEAR)))], bag=BAGS[int(rng.integers(len(BAGS)))],
         action=action, object=objects[int(rng.integers(len(objects)))], scene=SCENES[int(rng.integers(len(SCENES)))],
     )
+    return ItemSpec(person, LIGHTS[int(rng.integers(len(LIGHTS)))], WEATHERS[int(rng.integers(len(WEATHERS)))])
 
 
-def single_edits(spec: PedestrianSpec) -> list[tuple[str, PedestrianSpec]]:
+def single_edits(spec: ItemSpec) -> list[tuple[str, ItemSpec]]:
     """Every valid spec that differs from ``spec`` in exactly one attribute, with the edited attribute."""
     out = []
     base = spec.as_dict()
@@ -69,23 +121,26 @@ def single_edits(spec: PedestrianSpec) -> list[tuple[str, PedestrianSpec]]:
                 continue
             d = dict(base, **{attr: value})
             if is_consistent(d["action"], d["object"]):
-                out.append((attr, PedestrianSpec(**d)))
+                out.append((attr, ItemSpec.from_dict(d)))
     return out
 
 
-def hard_variants(spec: PedestrianSpec, n: int, rng: np.random.Generator, taken: set[PedestrianSpec]) -> list[PedestrianSpec]:
-    """Up to ``n`` unused single-edit variants, drawn with the PAB-like edit weights."""
-    edits = [(a, s) for a, s in single_edits(spec) if s not in taken]
+def hard_variants(spec: ItemSpec, n: int, rng: np.random.Generator, taken: set[ItemSpec],
+                  edit_weights: dict[str, float] | None = None) -> list[ItemSpec]:
+    """Up to ``n`` unused single-edit variants, drawn with the edit weights (an attribute's weight is
+    shared by its possible edits; a zero weight never edits it)."""
+    ew = EDIT_WEIGHTS if edit_weights is None else edit_weights
+    edits = [(a, s) for a, s in single_edits(spec) if s not in taken and ew.get(a, 0.0) > 0]
     if not edits:
         return []
-    weights = np.array([EDIT_WEIGHTS[a] / sum(1 for b, _ in edits if b == a) for a, _ in edits])
+    weights = np.array([ew[a] / sum(1 for b, _ in edits if b == a) for a, _ in edits])
     k = min(n, len(edits))
     idx = rng.choice(len(edits), size=k, replace=False, p=weights / weights.sum())
     return [edits[i][1] for i in sorted(idx)]
 
 
 def build_families(n_families: int, family_size: int, rng: np.random.Generator,
-                   taken: set[PedestrianSpec]) -> list[list[PedestrianSpec]]:
+                   taken: set[ItemSpec], edit_weights: dict[str, float] | None = None) -> list[list[ItemSpec]]:
     """Families of unique specs: a random base plus ``family_size − 1`` hard single-edit variants."""
     families = []
     while len(families) < n_families:
@@ -93,19 +148,20 @@ def build_families(n_families: int, family_size: int, rng: np.random.Generator,
         if base in taken:
             continue
         taken.add(base)
-        variants = hard_variants(base, family_size - 1, rng, taken)
+        variants = hard_variants(base, family_size - 1, rng, taken, edit_weights)
         taken.update(variants)
         families.append([base, *variants])
     return families
 
 
-def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Generator) -> list[tuple[int, bool, PedestrianSpec]]:
+def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Generator,
+                  edit_weights: dict[str, float] | None = None) -> list[tuple[int, bool, ItemSpec]]:
     """(family = target index, is_target, spec) for targets and their hard distractors (PAB proportion)."""
     n_distractors = int(round(n_targets * distractor_ratio))
     # Spread the distractors evenly over targets (some get one more) to hit the exact proportion.
     per_target = np.full(n_targets, n_distractors // n_targets)
     per_target[rng.permutation(n_targets)[: n_distractors - per_target.sum()]] += 1
-    taken: set[PedestrianSpec] = set()
+    taken: set[ItemSpec] = set()
     targets = []
     while len(targets) < n_targets:
         s = random_spec(rng)
@@ -114,10 +170,10 @@ def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Genera
             targets.append(s)
     rows = [(t, True, s) for t, s in enumerate(targets)]
     for t, s in enumerate(targets):
-        variants = hard_variants(s, int(per_target[t]), rng, taken)
+        variants = hard_variants(s, int(per_target[t]), rng, taken, edit_weights)
         while len(variants) < per_target[t]:  # neighbourhood used up: a random unused spec sharing the scene
             extra = random_spec(rng)
-            extra = PedestrianSpec(**dict(extra.as_dict(), scene=s.scene))
+            extra = ItemSpec.from_dict(dict(extra.as_dict(), scene=s.person.scene))
             if extra not in taken:
                 variants.append(extra)
         taken.update(variants)
@@ -125,14 +181,33 @@ def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Genera
     return rows
 
 
-def render_items(specs: list[PedestrianSpec], seeds: list[int], domain: str, width: int, height: int, desc: str) -> np.ndarray:
+def render_items(specs: list[ItemSpec], seeds: list[int], domain: str, width: int, height: int, desc: str) -> np.ndarray:
     out = np.empty((len(specs), height, width, 3), dtype=np.uint8)
     for i, (s, seed) in enumerate(tqdm(list(zip(specs, seeds)), desc=desc, mininterval=2.0)):
-        out[i] = render_pedestrian(s, seed, domain, width, height)
+        out[i] = apply_conditions(render_pedestrian(s.person, seed, domain, width, height), s.light, s.weather, seed)
     return out
 
 
-def items_frame(specs: list[PedestrianSpec], families: list[int], is_target: list[bool], captions: list[str],
+def edit_shares(gallery: pd.DataFrame) -> dict[str, object]:
+    """The data card's edit statistics: which attributes each distractor changes from its target."""
+    targets = gallery[gallery["is_target"]].set_index("family")
+    counts = {a: 0 for a in ATTRS}
+    n_multi, n_outside = 0, 0
+    distractors = gallery[~gallery["is_target"]]
+    for fam, row in zip(distractors["family"], distractors[list(ATTRS)].itertuples(index=False)):
+        changed = [a for a, v in zip(ATTRS, row) if v != targets.at[fam, a]]
+        if len(changed) == 1:
+            counts[changed[0]] += 1
+            n_outside += changed[0] not in CLOZE_SLOTS
+        else:
+            n_multi += 1
+    n = max(len(distractors), 1)
+    return {"single_edits_by_attribute": counts, "multi_attribute_distractors": n_multi,
+            "share_single_edits_outside_cloze_slots": round(n_outside / n, 4),
+            "cloze_slots": list(CLOZE_SLOTS)}
+
+
+def items_frame(specs: list[ItemSpec], families: list[int], is_target: list[bool], captions: list[str],
                 seeds: list[int]) -> pd.DataFrame:
     df = pd.DataFrame([s.as_dict() for s in specs], columns=list(ATTRS))
     df.insert(0, "is_target", is_target)
@@ -147,21 +222,22 @@ def make_corpus(cfg: CorpusConfig, seed: int) -> dict[str, object]:
     """Everything the render stage writes: train/gallery tables and images, queries."""
     rng = np.random.default_rng(seed)
     # --- sim training families ---
-    fams = build_families(cfg.n_train_families, cfg.family_size, rng, set())
+    fams = build_families(cfg.n_train_families, cfg.family_size, rng, set(), cfg.edit_weights)
     train_specs = [s for f in fams for s in f]
     train_family = [i for i, f in enumerate(fams) for _ in f]
-    train_caps = [caption(s, rng, cfg.drop_scene_prob) for s in train_specs]
+    train_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather) for s in train_specs]
     train_seeds = [int(x) for x in rng.integers(0, 2**31 - 1, len(train_specs))]
     train_df = items_frame(train_specs, train_family, [False] * len(train_specs), train_caps, train_seeds)
     # --- real-domain gallery and queries ---
-    rows = build_gallery(cfg.n_targets, cfg.distractor_ratio, rng)
+    rows = build_gallery(cfg.n_targets, cfg.distractor_ratio, rng, cfg.edit_weights)
     order = rng.permutation(len(rows))  # shuffle so targets are not the first items
     rows = [rows[i] for i in order]
     g_specs = [s for _, _, s in rows]
     g_seeds = [int(x) for x in rng.integers(0, 2**31 - 1, len(rows))]
     gallery_df = items_frame(g_specs, [f for f, _, _ in rows], [t for _, t, _ in rows], [""] * len(rows), g_seeds)
     target_items = {f: i for i, (f, t, _) in enumerate(rows) if t}
-    q_caps = [caption(rows[target_items[t]][2], rng, cfg.drop_scene_prob) for t in range(cfg.n_targets)]
+    q_specs = [rows[target_items[t]][2] for t in range(cfg.n_targets)]
+    q_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather) for s in q_specs]
     n_val = int(round(cfg.n_targets * cfg.val_fraction))
     split = np.array(["test"] * cfg.n_targets, dtype=object)
     split[rng.permutation(cfg.n_targets)[:n_val]] = "val"
@@ -189,4 +265,4 @@ def attribute_keys(df: pd.DataFrame) -> dict[str, np.ndarray]:
 
     full = key(list(ATTRS))
     return {"full": full, "structured": full, "appearance": key(["upper", "lower", "headwear", "bag"]),
-            "action": key_tmp(["action_key"]), "object": key(["object"]), "scene": key(["scene"])}
+            "action": key_tmp(["action_key"]), "object": key(["object"]), "scene": key(["scene", *CONDITIONS])}

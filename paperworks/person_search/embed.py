@@ -50,4 +50,39 @@ def encode_texts(texts: list[str], batch_size: int = 64, model=None) -> np.ndarr
     return out
 
 
-__all__ = ["FACETS", "MINILM_DIM", "VIEWS", "encode_texts", "load_minilm", "view_table"]
+class QueryEncoder:
+    """Query captions → every backbone's view embeddings [Q, V, D] and the present mask [Q, V].
+
+    MiniLM runs once per *distinct* view text: facet texts repeat across queries (an action
+    phrase, an object, a scene), so they come from the cache after their first query.
+    ``text_towers`` are the backbones' text projections (384 → D, L2-normalised)."""
+
+    def __init__(self, text_towers, model=None, batch_size: int = 64):
+        self.text_towers = list(text_towers)
+        self.model = model or load_minilm()
+        self.batch_size = batch_size
+        self.cache: dict[str, np.ndarray] = {}
+
+    def minilm(self, captions: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """[Q, V, 384] MiniLM embeddings of every view (zeros where missing) and the present mask."""
+        views = [parse_query(c).views for c in captions]
+        new = sorted({t for v in views for t in v.values() if t is not None and t not in self.cache})
+        if new:
+            self.cache.update(zip(new, encode_texts(new, self.batch_size, self.model)))
+        out = np.zeros((len(views), len(VIEWS), MINILM_DIM), dtype=np.float32)
+        present = np.zeros((len(views), len(VIEWS)), dtype=bool)
+        for i, v in enumerate(views):
+            for j, name in enumerate(VIEWS):
+                if v[name] is not None:
+                    out[i, j], present[i, j] = self.cache[v[name]], True
+        return out, present
+
+    def project(self, emb: np.ndarray, present: np.ndarray) -> list[np.ndarray]:
+        return [np.where(present[..., None], tower(emb), 0.0).astype(np.float32) for tower in self.text_towers]
+
+    def encode(self, captions: list[str]) -> tuple[list[np.ndarray], np.ndarray]:
+        emb, present = self.minilm(captions)
+        return self.project(emb, present), present
+
+
+__all__ = ["FACETS", "MINILM_DIM", "VIEWS", "QueryEncoder", "encode_texts", "load_minilm", "view_table"]

@@ -27,13 +27,12 @@ from tqdm import tqdm
 
 from paperworks.person_search.data import ATTR_VALUES
 from paperworks.person_search.embed import MINILM_DIM
-from paperworks.person_search.text import FACETS, VIEWS
+from paperworks.person_search.text import CLOZE_SLOTS, FACETS, VIEWS
 from paperworks.person_search.towers import images_to_tensor
 
 log = logging.getLogger("paperworks.person_search")
 
 EXPERTS = ("cross", "cloze", "verify")
-CLOZE_SLOTS = ("action", "object", "upper", "lower", "headwear", "bag")
 
 
 class PatchEncoder(nn.Module):
@@ -129,6 +128,11 @@ class ExpertConfig:
     calibration_fraction: float = 0.15  # held-out sim families for the verifier's temperatures
 
 
+def one_cycle(opt, cfg: ExpertConfig, steps_per_epoch: int):
+    """The encoders' schedule (warm-up 15 %, then cosine decay): training ends when the schedule does."""
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch, pct_start=0.15)
+
+
 def _family_batches(families: np.ndarray, per_batch: int, rng: np.random.Generator):
     fam_ids = np.unique(families)
     members = {f: np.flatnonzero(families == f) for f in fam_ids}
@@ -149,6 +153,7 @@ def train_cross(cfg: ExpertConfig, images, families, view_ids, text_emb, seed: i
     rng = np.random.default_rng(seed)
     model = CrossReranker(cfg.width, images.shape[1], images.shape[2])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    sched = one_cycle(opt, cfg, max(1, len(np.unique(families)) // cfg.families_per_batch))
     x_all = images_to_tensor(images)
     tok_all, pres_all = view_tokens(view_ids, text_emb)
     for epoch in range(cfg.epochs):
@@ -169,6 +174,7 @@ def train_cross(cfg: ExpertConfig, images, families, view_ids, text_emb, seed: i
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
             losses.append(loss.item())
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"cross epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")
@@ -188,6 +194,7 @@ def train_cloze(cfg: ExpertConfig, images, attrs: pd.DataFrame, seed: int, live=
     targets = {s: torch.from_numpy(attrs[s].map({v: i for i, v in enumerate(ATTR_VALUES[s])}).to_numpy().astype(np.int64))
                for s in CLOZE_SLOTS}
     batch = cfg.families_per_batch * 8
+    sched = one_cycle(opt, cfg, -(-len(images) // batch))
     for epoch in range(cfg.epochs):
         perm = rng.permutation(len(images))
         losses, accs, t0 = [], [], time.time()
@@ -198,6 +205,7 @@ def train_cloze(cfg: ExpertConfig, images, attrs: pd.DataFrame, seed: int, live=
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
             losses.append(loss.item())
             accs.append(float(np.mean([(out[s].argmax(1) == targets[s][idx]).float().mean() for s in CLOZE_SLOTS])))
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
@@ -239,6 +247,8 @@ def train_verifier(cfg: ExpertConfig, images, families, view_ids, facet_keys, te
     cal_fams = set(rng.permutation(fam_ids)[:n_cal].tolist())
     is_cal = np.isin(families, list(cal_fams))
     train_fam = np.where(is_cal, -1, families)
+    n_steps = max(1, len(np.unique(train_fam[~is_cal])) // cfg.families_per_batch)
+    sched = one_cycle(opt, cfg, n_steps)
     for epoch in range(cfg.epochs):
         losses, t0 = [], time.time()
         batches = [[m for m in fams] for fams in _family_batches(train_fam[~is_cal], cfg.families_per_batch, rng)]
@@ -249,6 +259,7 @@ def train_verifier(cfg: ExpertConfig, images, families, view_ids, facet_keys, te
             opt.zero_grad()
             loss.backward()
             opt.step()
+            sched.step()
             losses.append(loss.item())
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"verify epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")

@@ -9,6 +9,7 @@ from paperworks.core.params import StrictModel
 
 Backbone = Literal["cnn", "resnet", "vit"]
 View = Literal["full", "structured", "appearance", "action", "object", "scene"]
+EditAttr = Literal["upper", "lower", "headwear", "bag", "action", "object", "scene", "light", "weather"]
 
 
 class DataParams(StrictModel):
@@ -20,6 +21,15 @@ class DataParams(StrictModel):
     distractor_ratio: float = Field(34795 / 1978, gt=0, le=40)  # PAB: 34,795 distractors / 1,978 targets
     val_fraction: float = Field(0.3, gt=0, lt=1)  # queries used to fit the consensus gate
     drop_scene_prob: float = Field(0.1, ge=0, le=1)  # captions that never mention the scene
+    # which attribute a hard distractor changes, and how often (0 = never); scene, light and
+    # weather lie outside every cloze slot
+    edit_weights: dict[EditAttr, float]
+
+    @model_validator(mode="after")
+    def _weights(self):
+        if any(w < 0 for w in self.edit_weights.values()) or sum(self.edit_weights.values()) <= 0:
+            raise ValueError("edit_weights must be ≥ 0 with a positive sum")
+        return self
 
 
 class TextParams(StrictModel):
@@ -46,7 +56,7 @@ class EncoderParams(StrictModel):
 
 
 class RetrievalParams(StrictModel):
-    engine: Literal["faiss", "numpy"] = "faiss"
+    engine: Literal["faiss", "torch", "numpy"] = "faiss"
     branch_topk: int = Field(100, ge=10, le=2000)  # candidates each backbone × view branch returns
 
 

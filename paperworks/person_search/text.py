@@ -5,6 +5,10 @@ reads *only the text* back into the six textual views of a query (full caption,
 structured concatenation, appearance, action, object, scene) plus the canonical key
 words (the slots the cloze expert masks). A facet the text does not mention is missing;
 the two anchor views (full, structured) always exist.
+
+Besides the renderer's seven attributes, an item has two *conditions* (light, weather; see
+``data.CONDITIONS``), written in their own sentence and parsed into the scene facet. No cloze
+slot covers them (``CLOZE_SLOTS``): the cloze expert's closed vocabulary cannot see them.
 """
 from __future__ import annotations
 
@@ -18,6 +22,8 @@ from paperworks.core.render import PedestrianSpec
 VIEWS = ("full", "structured", "appearance", "action", "object", "scene")
 ANCHOR_VIEWS = ("full", "structured")
 FACETS = ("appearance", "action", "object", "scene")
+# The key words the cloze expert masks (its closed vocabulary: one slot per attribute below).
+CLOZE_SLOTS = ("action", "object", "upper", "lower", "headwear", "bag")
 
 TOPS = ("shirt", "jacket", "top", "sweater", "t-shirt")
 BOTTOMS = ("pants", "trousers", "jeans", "shorts")
@@ -50,6 +56,10 @@ SCENE_PHRASES = {
     "muddy_field": ["on muddy ground", "across a muddy field"],
     "beach": ["on a sandy beach", "by the sea on a beach"],
 }
+LIGHT_PHRASES = {"day": ["in daylight", "during the day"], "dusk": ["at dusk", "in the evening glow"],
+                 "night": ["at night", "after dark"]}
+WEATHER_PHRASES = {"clear": ["under a clear sky", "in clear weather"], "rain": ["in the rain", "in pouring rain"],
+                   "fog": ["in thick fog", "in foggy weather"], "snow": ["in the snow", "while snow is falling"]}
 HEADWEAR_PHRASES = {"helmet": ["a helmet", "a safety helmet"], "cap": ["a cap", "a baseball cap"]}
 BAG_PHRASES = {"backpack": ["a backpack", "a rucksack"]}
 
@@ -58,6 +68,8 @@ ACTION_LEXICON = [(p, k.split(":")[0]) for k, ps in ACTION_PHRASES.items() for p
 OBJECT_LEXICON = [("all-terrain vehicle", "atv"), ("quad bike", "atv"), ("bicycle", "bicycle"), ("bike", "bicycle"),
                   ("car", "car"), ("umbrella", "umbrella"), ("dog", "dog")]
 SCENE_LEXICON = [(p, k) for k, ps in SCENE_PHRASES.items() for p in ps]
+LIGHT_LEXICON = [(p, k) for k, ps in LIGHT_PHRASES.items() for p in ps]
+WEATHER_LEXICON = [(p, k) for k, ps in WEATHER_PHRASES.items() for p in ps]
 HEADWEAR_LEXICON = [("helmet", "helmet"), ("cap", "cap")]
 BAG_LEXICON = [("backpack", "backpack"), ("rucksack", "backpack")]
 
@@ -66,8 +78,10 @@ def _pick(rng: np.random.Generator, options: list[str] | tuple[str, ...]) -> str
     return options[int(rng.integers(len(options)))]
 
 
-def caption(spec: PedestrianSpec, rng: np.random.Generator, drop_scene_prob: float = 0.0) -> str:
-    """A paragraph describing ``spec``; wording, sentence order and garments vary with ``rng``."""
+def caption(spec: PedestrianSpec, rng: np.random.Generator, drop_scene_prob: float = 0.0,
+            light: str | None = None, weather: str | None = None) -> str:
+    """A paragraph describing ``spec`` (and its light and weather when given); wording, sentence
+    order and garments vary with ``rng``."""
     subject = _pick(rng, ["A person", "A pedestrian", "Someone", "An individual"])
     key = f"riding:{spec.object}" if spec.action == "riding" else spec.action
     action = _pick(rng, ACTION_PHRASES[key])
@@ -98,6 +112,9 @@ def caption(spec: PedestrianSpec, rng: np.random.Generator, drop_scene_prob: flo
     sentences = [first, wear + bag]
     if rng.random() < 0.3:
         sentences.reverse()
+    if light is not None and weather is not None:
+        when = f"{_pick(rng, LIGHT_PHRASES[light])} {_pick(rng, WEATHER_PHRASES[weather])}"
+        sentences.append(_pick(rng, [f"The picture was taken {when}.", f"It was {when}."]))
     return " ".join(sentences)
 
 
@@ -107,7 +124,7 @@ class ParsedQuery:
 
     text: str
     views: dict[str, str | None]
-    slots: dict[str, str] = field(default_factory=dict)  # action, object, upper, lower, headwear, bag, scene
+    slots: dict[str, str] = field(default_factory=dict)  # action, object, upper, lower, headwear, bag, scene, light, weather
 
     @property
     def missing_facets(self) -> list[str]:
@@ -160,10 +177,13 @@ def parse_query(text: object) -> ParsedQuery:
     if objs:
         slots["object"] = objs[0][2]
     views["object"] = objs[0][1] if objs else None
-    scenes = _find_all(low, SCENE_LEXICON)
-    if scenes:
-        slots["scene"] = scenes[0][2]
-    views["scene"] = scenes[0][1] if scenes else None
+    scene_parts = []
+    for lexicon, slot in ((SCENE_LEXICON, "scene"), (LIGHT_LEXICON, "light"), (WEATHER_LEXICON, "weather")):
+        hits = _find_all(low, lexicon)
+        if hits:
+            slots[slot] = hits[0][2]
+            scene_parts.append(hits[0][1])
+    views["scene"] = ", ".join(scene_parts) if scene_parts else None  # where, in what light and weather
 
     parts = [f"{f}: {views[f]}" for f in FACETS if views[f] is not None]
     views["structured"] = "; ".join(parts) if parts else clean

@@ -10,6 +10,7 @@ from paperworks.core.stage import stage_main
 from paperworks.person_search.artifacts import FUSION, RETRIEVAL, read_items, read_queries
 from paperworks.person_search.fusion import FusionConfig, ablations, fuse_all, single_branch, view_alone
 from paperworks.person_search.params import Params
+from paperworks.person_search.retrieval import Stage1
 from paperworks.person_search.text import VIEWS
 
 DEPTH = 10  # rankings are evaluated at mAP@10 / R@10
@@ -18,7 +19,7 @@ DEPTH = 10  # rankings are evaluated at mAP@10 / R@10
 def fusion_config(p: Params) -> FusionConfig:
     f = p.fusion
     return FusionConfig(tuple(f.view_weights[v] for v in VIEWS), tuple(f.anchor_views), True, "percentile",
-                        tuple(f.percentiles), f.clip, f.agreement_weight, f.rrf_k)
+                        tuple(f.percentiles), f.clip, f.agreement_weight, f.rrf_k, p.retrieval.branch_topk)
 
 
 def read_branches(p: Params, n_gallery: int, n_queries: int) -> dict[str, np.ndarray]:
@@ -48,12 +49,18 @@ def main() -> None:
     qviews = [br[f"{bb}/query_views"] for bb in p.encoder.backbones]
     out: dict[str, torch.Tensor] = {}
     depth = max(DEPTH, p.fusion.pool_size)
-    for name, cfg in ablations(fusion_config(p)).items():
-        ids, scores = fuse_all(br["topk_ids"], gallery, qviews, br["present"], cfg, depth)
-        out[f"{name}/ids"] = torch.from_numpy(ids)
-        out[f"{name}/scores"] = torch.from_numpy(scores)
-    for m, bb in enumerate(p.encoder.backbones):  # each backbone alone: sim-trained, full caption, no fusion
+    cfg = fusion_config(p)
+    # The method: its own stage 1 (anchor branches searched over the gallery, facets scored on the pool).
+    ids, scores = Stage1(gallery, cfg, p.retrieval.branch_topk, p.retrieval.engine).rank(qviews, br["present"], depth)
+    out["fusion/ids"], out["fusion/scores"] = torch.from_numpy(ids), torch.from_numpy(scores)
+    for name, abl in ablations(cfg).items():  # ablations from the index stage's lists (no-anchor needs every branch's)
+        if name != "fusion":
+            ids, scores = fuse_all(br["topk_ids"], gallery, qviews, br["present"], abl, depth)
+            out[f"{name}/ids"], out[f"{name}/scores"] = torch.from_numpy(ids), torch.from_numpy(scores)
+    for m, bb in enumerate(p.encoder.backbones):  # each branch alone (backbone × view): sim-trained, no fusion
         out[f"backbone_{bb}/ids"] = torch.from_numpy(single_branch(br["topk_ids"], m, 0, DEPTH))
+        for v, view in enumerate(VIEWS):
+            out[f"branch_{bb}_{view}/ids"] = torch.from_numpy(single_branch(br["topk_ids"], m, v, DEPTH))
     for v, view in enumerate(VIEWS):  # each view alone, over all backbones
         out[f"view_{view}/ids"] = torch.from_numpy(view_alone(br["topk_ids"], gallery, qviews, br["present"], v, DEPTH))
     save_safetensors(FUSION / "rankings.safetensors", out, {"pool_size": str(p.fusion.pool_size)})

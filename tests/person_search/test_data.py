@@ -53,7 +53,36 @@ def test_images_shapes_and_domains(corpus):
 def test_single_edits_are_consistent():
     from paperworks.core.render import PedestrianSpec
 
-    s = PedestrianSpec("red", "blue", "none", "none", "riding", "bicycle", "park")
+    from paperworks.person_search.data import ItemSpec
+
+    s = ItemSpec(PedestrianSpec("red", "blue", "none", "none", "riding", "bicycle", "park"), "night", "rain")
     edits = single_edits(s)
+    assert {a for a, _ in edits} == set(ATTRS)
     assert all(sum(a != b for a, b in zip(s.as_dict().values(), e.as_dict().values())) == 1 for _, e in edits)
-    assert not any(e.action == "riding" and e.object == "car" for _, e in edits)
+    assert not any(e.person.action == "riding" and e.person.object == "car" for _, e in edits)
+
+
+def test_about_half_of_the_edits_lie_outside_the_cloze_slots():
+    from paperworks.person_search.data import edit_shares
+
+    cfg = CorpusConfig(n_train_families=2, family_size=3, n_targets=30, distractor_ratio=34795 / 1978,
+                       val_fraction=0.3, drop_scene_prob=0.0, width=16, height=16)
+    card = edit_shares(make_corpus(cfg, seed=7)["gallery"])
+    by_attr = card["single_edits_by_attribute"]
+    assert by_attr["light"] > 0 and by_attr["weather"] > 0 and by_attr["scene"] > 0
+    assert 0.4 <= card["share_single_edits_outside_cloze_slots"] <= 0.65
+    # a zero weight never edits that attribute
+    none = dict(cfg.__dict__, edit_weights={"action": 1.0, "object": 1.0, "upper": 1.0, "lower": 1.0, "headwear": 1.0, "bag": 1.0})
+    card0 = edit_shares(make_corpus(CorpusConfig(**none), seed=7)["gallery"])
+    assert card0["share_single_edits_outside_cloze_slots"] == 0.0
+
+
+def test_light_and_weather_are_visible_and_deterministic():
+    from paperworks.person_search.data import apply_conditions
+
+    img = np.full((64, 48, 3), 150, dtype=np.uint8)
+    night, day = apply_conditions(img, "night", "clear", 3), apply_conditions(img, "day", "clear", 3)
+    assert night.mean() < 0.6 * day.mean() and (day == img).all()
+    for w in ("rain", "fog", "snow"):
+        a = apply_conditions(img, "day", w, 3)
+        assert not (a == img).all() and (a == apply_conditions(img, "day", w, 3)).all()

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from paperworks.person_search.fusion import (
-    FusionConfig, ablations, agreement, candidate_pool, fuse_query, percentile_normalise, zscore_normalise,
+    FusionConfig, ablations, candidate_pool, fuse_query, pool_ranks, percentile_normalise, zscore_normalise,
 )
 from paperworks.person_search.text import VIEWS
 
@@ -48,15 +48,22 @@ def test_anchor_constraint_excludes_facet_only_candidates():
     assert candidate_pool(np.array([[1, 2], [5, 6]]), np.array(["full", "structured"]), np.array([True, False]), cfg).tolist() == [1, 2]
 
 
-def test_agreement_term_by_hand():
-    pool = np.array([1, 2, 3])
-    ids = np.array([[1, 2, -1], [2, 1, 3]])
-    w = np.array([1.0, 1.0])
-    k = 10.0
-    got = agreement(ids, pool, w, k)
-    want = np.array([(1 + 11 / 12), (11 / 12 + 1), 11 / 13]) / 2
-    np.testing.assert_allclose(got, want)
-    assert agreement(np.array([[1, 2, 3]]), pool, np.array([1.0]), k)[0] == 1.0  # rank 1 everywhere -> 1
+def test_pool_ranks_by_hand():
+    raw = np.array([[0.9, 0.5, 0.1], [0.2, 0.9, 0.1], [0.3, 0.3, 0.1]])
+    assert pool_ranks(raw).tolist() == [[1, 2, 3], [2, 1, 3], [1, 2, 3]]  # a tie: the lower gallery id first
+
+
+def test_agreement_only_counts_the_top_k_of_the_pool():
+    ids = np.array([[1, 2, 3]])  # one anchor branch; pool = {1, 2, 3}
+    table = {1: 0.9, 2: 0.5, 3: 0.1}
+
+    def exact(pool):
+        return np.array([[table[g] for g in pool]])
+
+    base = FusionConfig(W, agreement_weight=0.0)
+    _, plain = fuse_query(ids, exact, np.array(["full"]), np.array([True]), base)
+    _, with2 = fuse_query(ids, exact, np.array(["full"]), np.array([True]), FusionConfig(W, agreement_depth=2))
+    np.testing.assert_allclose(with2 - plain, [1.0, 11 / 12, 0.0])  # rank 3 is outside K = 2: no vote
 
 
 def test_fusion_weights_and_agreement_decide_the_order():
@@ -111,3 +118,65 @@ def test_query_without_parseable_facets_runs_on_its_anchor_views():
     assert (out_ids[1] >= 0).all() and np.all(np.diff(out_scores[1]) <= 0)
     # its candidates come only from the anchor lists
     assert set(out_ids[1]) <= set(ids[:, :2, 1].ravel())
+
+
+# ---------------------------------------------------------------- padding and the fast path (issue 13)
+
+def test_padding_of_short_lists_is_never_a_candidate():
+    from paperworks.person_search.fusion import padded_pools
+
+    views = np.array(["full", "structured"])
+    short = np.array([[3, 1, -1, -1], [1, 2, -1, -1]])  # short result lists padded with −1
+    assert candidate_pool(short, views, np.array([True, True]), FusionConfig(W)).tolist() == [1, 2, 3]
+    pools = padded_pools(np.array([[[3, 1, -1, -1], [1, 2, -1, -1]], [[-1, -1, -1, -1], [7, -1, -1, -1]]]))
+    assert pools.tolist() == [[1, 2, 3], [7, -1, -1]]  # padding only after the last real candidate
+
+
+def _random_world(seed: int, n_g: int = 300, n_q: int = 25, d: int = 16, n_m: int = 3):
+    rng = np.random.default_rng(seed)
+
+    def unit(*shape):
+        x = rng.standard_normal(shape).astype(np.float32)
+        return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+    galleries = [unit(n_g, d) for _ in range(n_m)]
+    present = rng.random((n_q, len(VIEWS))) < 0.7
+    present[:, 0] = True  # the full caption always exists; the structured view sometimes not (here)
+    qviews = [np.where(present[..., None], unit(n_q, len(VIEWS), d), 0.0).astype(np.float32) for _ in range(n_m)]
+    return galleries, qviews, present
+
+
+@pytest.mark.parametrize("engine", ["faiss", "torch", "numpy"])
+def test_fast_stage1_returns_the_slow_paths_rankings(engine):
+    from paperworks.person_search.fusion import fuse_all_slow
+    from paperworks.person_search.retrieval import FlatIndex, Stage1, search_branches
+
+    galleries, qviews, present = _random_world(0)
+    k, depth = 20, 15
+    topk = np.stack([search_branches(FlatIndex(g, "numpy"), qv, present, k)[1] for g, qv in zip(galleries, qviews)])
+    cfg = FusionConfig(W, agreement_depth=k)
+    want_ids, want_scores = fuse_all_slow(topk, galleries, qviews, present, cfg, depth)
+    got_ids, got_scores = Stage1(galleries, cfg, k, engine).rank(qviews, present, depth)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+    assert (want_ids >= 0).all()
+
+
+@pytest.mark.parametrize("name", ["fusion", "fusion_no_anchor", "fusion_zscore", "fusion_no_agreement", "fusion_anchors_only"])
+def test_vectorised_fusion_equals_the_per_query_loop(name):
+    from paperworks.person_search.fusion import fuse_all, fuse_all_slow
+    from paperworks.person_search.retrieval import FlatIndex, search_branches
+
+    galleries, qviews, present = _random_world(1, n_g=120, n_q=30)
+    k = 12
+    topk = np.stack([search_branches(FlatIndex(g, "numpy"), qv, present, k)[1] for g, qv in zip(galleries, qviews)])
+    cfg = ablations(FusionConfig(W, agreement_depth=5))[name]  # depth 5 < pool: some candidates get no vote
+    want_ids, want_scores = fuse_all_slow(topk, galleries, qviews, present, cfg, 30)
+    got_ids, got_scores = fuse_all(topk, galleries, qviews, present, cfg, 30)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5, atol=1e-6)
+    if cfg.use_anchor:
+        assert (got_ids[:, -1] == -1).any()  # some anchor pools are shorter than 30: −1 padding at the end only
+    for row in got_ids:
+        real = row[row >= 0]
+        assert (row[: len(real)] == real).all() and len(set(real)) == len(real)

@@ -7,9 +7,10 @@ from PIL import Image
 
 from tests.conftest import assert_claims_meet_standard, dvc
 
-METHODS = {"fusion", "fusion_no_anchor", "fusion_zscore", "fusion_no_agreement", "fusion+consensus",
+VIEWS = ("full", "structured", "appearance", "action", "object", "scene")
+METHODS = {"fusion", "fusion_no_anchor", "fusion_zscore", "fusion_no_agreement", "fusion+consensus", "fusion+always_rerank",
            "fusion+cross", "fusion+cloze", "fusion+verify", "backbone_cnn", "backbone_resnet", "backbone_vit",
-           "view_full", "view_structured", "view_appearance", "view_action", "view_object", "view_scene"}
+           *[f"view_{v}" for v in VIEWS], *[f"branch_{b}_{v}" for b in ("cnn", "resnet", "vit") for v in VIEWS]}
 
 
 @pytest.mark.integration
@@ -17,7 +18,17 @@ def test_smoke_pipeline(smoke_repo):
     dvc(smoke_repo, "repro", "--glob", "person_search_*")
     metrics = json.loads((smoke_repo / "metrics/person_search.json").read_text())
     claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "person_search", smoke_repo)}
-    assert {"fusion_vs_best_backbone", "consensus_vs_fusion"} <= set(claims)
+    headline = {"fusion_vs_best_single_view", "gated_vs_always_rerank", "gated_vs_never_rerank"}
+    assert headline == {c["id"] for c in claims.values() if c["role"] == "headline"}
+    assert metrics["best_single_view"] in {f"view_{v}" for v in VIEWS} | {f"branch_{b}_{v}" for b in ("cnn", "resnet", "vit") for v in VIEWS}
+    for gate_claim in ("gated_vs_always_rerank", "gated_vs_never_rerank"):  # tested only if the gate fired on validation
+        fired = 0 < metrics["consensus"]["val_kept_stage1_fraction"] < 1
+        assert ("the consensus gate fires on validation" in claims[gate_claim]["verdict"]) != fired
+    for split in ("val", "test"):
+        for source in ("cross", "cloze", "verify", "always_rerank", "gated"):
+            f = metrics["rerank_flips"][split][source]
+            assert 0 <= f["flipped_to_wrong"] <= f["stage1_top1_correct"]
+    assert 0 < metrics["data_card"]["share_single_edits_outside_cloze_slots"] < 1
     for c in claims.values():  # one training run: every test query is its own cluster
         assert c["units"]["cluster"] is None and c["units"]["n_clusters"] == metrics["n_test_queries"]
     results = pd.read_csv(smoke_repo / "plots/person_search/results.csv")

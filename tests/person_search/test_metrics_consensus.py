@@ -63,3 +63,13 @@ def test_fit_consensus_prefers_the_reliable_expert():
     assert c.weights["cross"] > c.weights["cloze"] and c.weights["cross"] > c.weights["fusion"]
     order, _, _ = c.combine({"fusion": fusion, "cross": good, "cloze": bad})
     assert (order[:, 0] == target).mean() > 0.8
+
+
+def test_gate_keeps_stage1_when_confidence_equals_the_threshold():
+    fusion = np.array([[2.0, 0.5, 0.0], [1.0, 0.9, 0.0]])
+    expert = np.array([[0.0, 0.0, 5.0], [0.0, 0.0, 5.0]])
+    margin = confidence(softmax(fusion), "margin")
+    c = Consensus({"fusion": 1.0, "cross": 1.0}, {"fusion": 0.5, "cross": 0.5}, threshold=float(margin[0]), kind="margin")
+    order, keep, _ = c.combine({"fusion": fusion, "cross": expert})
+    assert keep.tolist() == [True, False]  # at the threshold the stage-1 list stands (≥, not >)
+    assert order[0].tolist() == [0, 1, 2] and order[1, 0] == 2

@@ -44,7 +44,7 @@ def test_out_of_range_and_typos_fail_with_key_path():
     assert "person_search.fusion.clipp" in _error(s)
     s = _default()
     s["retrieval"]["engine"] = "annoy"
-    assert "person_search.retrieval.engine" in _error(s) and "'faiss' or 'numpy'" in _error(s)
+    assert "person_search.retrieval.engine" in _error(s) and "'faiss', 'torch' or 'numpy'" in _error(s)
 
 
 def test_fusion_cross_field_checks():
@@ -54,3 +54,12 @@ def test_fusion_cross_field_checks():
     s = _default()
     s["fusion"]["percentiles"] = [50, 10, 90]
     assert "percentiles" in _error(s)
+
+
+def test_edit_weights_checked():
+    s = _default()
+    s["data"]["edit_weights"]["mood"] = 0.5
+    assert "person_search.data.edit_weights" in _error(s)
+    s = _default()
+    s["data"]["edit_weights"] = {"scene": -1.0, "light": 0.5}
+    assert "edit_weights" in _error(s)

@@ -38,3 +38,14 @@ def test_captions_parse_back_to_their_attributes():
         assert q.slots["action"] == "being_hit" and q.slots["object"] == "car"
         assert q.slots["upper"] == "orange" and q.slots["lower"] == "black" and q.slots["headwear"] == "cap"
         assert set(q.views) == set(VIEWS)
+
+
+def test_light_and_weather_parse_into_the_scene_facet():
+    rng = np.random.default_rng(1)
+    s = PedestrianSpec("red", "blue", "none", "none", "walking", "dog", "park")
+    for light in ("day", "dusk", "night"):
+        for weather in ("clear", "rain", "fog", "snow"):
+            q = parse_query(caption(s, rng, 0.0, light, weather))
+            assert q.slots["light"] == light and q.slots["weather"] == weather and q.slots["scene"] == "park"
+            assert q.slots["action"] == "walking" and q.slots["object"] == "dog"
+            assert q.views["scene"].count(",") == 2  # where, light, weather
