@@ -103,6 +103,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # take about as long as A on 2 cores. xdist's own `--dist loadgroup` cannot do this under pytest 9
 # (it renames node ids through an attribute pytest 9 no longer reads), so the grouping is a
 # scheduler: xdist's scope scheduler with a scope per group, every other test its own scope.
+# The two groups are the largest scopes, so xdist hands them out first, one to each worker.
 SMOKE_GROUP_B = {"person_search", "protocol_distill", "video_qa"}
 
 
@@ -112,8 +113,8 @@ def smoke_group(nodeid: str) -> str | None:
     text = _source(path)
     if "smoke_repo" in text:
         return "smoke-b" if path.relative_to(REPO / "tests").parts[0] in SMOKE_GROUP_B else "smoke-a"
-    if "prefect_api" in text:
-        return "prefect-api"  # one temporary Prefect server, not one per worker
+    # Nothing else is grouped: a third group (e.g. the Prefect API tests) could take a worker
+    # before group B starts, and the whole-DAG tests would then rerun B's stages themselves.
     return None
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 
 import pytest
 import yaml
@@ -15,7 +16,7 @@ def _sha(path):
 
 
 @pytest.mark.integration
-def test_control_smoke_through_dvc(smoke_repo):
+def test_control_smoke_through_dvc(smoke_repo, tmp_path):
     dvc(smoke_repo, "repro", "--glob", "control_*")
     m = json.loads((smoke_repo / "metrics/control.json").read_text())
     claims = {c["id"]: c for c in assert_claims_meet_standard(m, "control", smoke_repo)}
@@ -55,20 +56,22 @@ def test_control_smoke_through_dvc(smoke_repo):
     dvc(smoke_repo, "repro", "--force", "--single-item", "control_rollouts@0-0")
     assert _sha(data) == before
 
-    # a report-only key reruns the report alone
-    params_file = smoke_repo / "params.yaml"
+    # a report-only key reruns the report alone — in a copy: the shared smoke copy keeps its params
+    work = tmp_path / "work"
+    shutil.copytree(smoke_repo, work, symlinks=True)
+    params_file = work / "params.yaml"
     params = yaml.safe_load(params_file.read_text())
     params["control"]["eval"]["success_pairs"] = 0.5
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    out = dvc(smoke_repo, "repro", "--glob", "control_*").stdout
+    out = dvc(work, "repro", "--glob", "control_*").stdout
     assert "Running stage 'control_evaluate'" in out
     assert "Running stage 'control_distill@0-0'" not in out and "Running stage 'control_teacher_eval@0'" not in out
 
     # control.tree.max_depth changes the headline tree, and only the stages that read it rerun
     params["control"]["tree"]["max_depth"] = 3
     params_file.write_text(yaml.safe_dump(params, sort_keys=False))
-    out = dvc(smoke_repo, "repro", "--glob", "control_*").stdout
+    out = dvc(work, "repro", "--glob", "control_*").stdout
     assert "Running stage 'control_distill@0-0'" in out
     assert "Running stage 'control_teacher@0'" not in out and "Running stage 'control_rollouts@0-0'" not in out
-    tree = json.loads((smoke_repo / "data/control/distill/teacher_0_draw_0/tree_headline.json").read_text())
+    tree = json.loads((work / "data/control/distill/teacher_0_draw_0/tree_headline.json").read_text())
     assert tree["depth"] <= 3
