@@ -21,6 +21,8 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from benchmarks.insurance_throughput import table  # noqa: E402  (the one table printer of the insurance benchmarks)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -69,14 +71,8 @@ def main() -> None:
     rows.append(["score (inference)", "-", len(pairs), f"{wall:.1f}", f"{cpu:.1f}", f"{1000 * cpu / len(pairs):.1f}", f"{len(pairs) / wall:.0f}",
                  f"{load0:.2f}/{os.getloadavg()[0]:.2f}"])
     header = ["what", "trainable", "pairs", "wall s", "cpu s", "cpu ms/pair", "pairs/s (wall)", "load 1-min before/after"]
-    print(f"insurance cross-encoder training throughput: MiniLM-L6, torch threads {args.threads}, {os.cpu_count()} CPUs, "
-          f"lists of {args.list_size}, {args.batch_lists} lists per step, max_length {args.max_length}")
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    fmt = " | ".join(f"{{:<{w}}}" for w in widths)
-    print(fmt.format(*header))
-    print("-+-".join("-" * w for w in widths))
-    for r in rows:
-        print(fmt.format(*r))
+    table(f"insurance cross-encoder training throughput: MiniLM-L6, torch threads {args.threads}, {os.cpu_count()} CPUs, "
+          f"lists of {args.list_size}, {args.batch_lists} lists per step, max_length {args.max_length}", header, rows)
 
 
 if __name__ == "__main__":
