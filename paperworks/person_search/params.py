@@ -34,6 +34,9 @@ class DataParams(StrictModel):
 
 class TextParams(StrictModel):
     batch_size: int = Field(64, ge=1, le=1024)
+    # MiniLM inference precision: bfloat16 = CPU autocast (≈ 2.6× faster on AMX / AVX-512 BF16 CPUs,
+    # cosine ≥ 0.9999 to float32); float32 on CPUs without native bf16
+    precision: Literal["float32", "bfloat16"] = "float32"
 
 
 class EncoderParams(StrictModel):
