@@ -39,10 +39,20 @@ class TextParams(StrictModel):
     precision: Literal["float32", "bfloat16"] = "float32"
 
 
+class StoppingParams(StrictModel):
+    """Early stopping on held-out sim families: training runs until the held-out loss plateaus."""
+
+    patience: int = Field(4, ge=1, le=100)  # held-out evaluations without improvement before stopping
+    min_rel_delta: float = Field(0.01, ge=0, lt=1)  # an improvement smaller than this share of the best does not count
+    evals_per_epoch: int = Field(2, ge=1, le=20)  # held-out evaluations (logged points) per epoch
+    holdout_fraction: float = Field(0.1, gt=0, lt=0.5)  # sim families held out (never trained on)
+
+
 class EncoderParams(StrictModel):
     backbones: list[Backbone] = Field(min_length=1)
     embed_dim: int = Field(128, ge=8, le=1024)
-    epochs: int = Field(ge=1, le=200)
+    epochs: int = Field(ge=1, le=200)  # the cap: early stopping (``stopping``) usually ends training first
+    stopping: StoppingParams
     families_per_batch: int = Field(8, ge=2, le=256)
     lr: float = Field(2e-3, gt=0, le=1)
     weight_decay: float = Field(1e-4, ge=0, le=1)
@@ -85,7 +95,8 @@ class FusionParams(StrictModel):
 
 
 class ExpertParams(StrictModel):
-    epochs: int = Field(ge=1, le=200)
+    epochs: int = Field(ge=1, le=200)  # the cap: early stopping (``stopping``) usually ends training first
+    stopping: StoppingParams
     families_per_batch: int = Field(8, ge=2, le=256)
     lr: float = Field(2e-3, gt=0, le=1)
     width: int = Field(32, ge=8, le=256)  # channels of the experts' small image encoders
@@ -100,6 +111,9 @@ class EvalParams(StrictModel):
 
 
 class Params(StrictModel):
+    # independent training runs: every encoder, expert and everything downstream of them is
+    # repeated per seed; claims comparing methods use the seeds as clusters (queries inside them)
+    seeds: list[int] = Field(min_length=1, max_length=10)
     data: DataParams
     text: TextParams
     encoder: EncoderParams

@@ -29,16 +29,19 @@ def test_smoke_pipeline(smoke_repo):
             f = metrics["rerank_flips"][split][source]
             assert 0 <= f["flipped_to_wrong"] <= f["stage1_top1_correct"]
     assert 0 < metrics["data_card"]["share_single_edits_outside_cloze_slots"] < 1
-    for c in claims.values():  # one training run: every test query is its own cluster
-        assert c["units"]["cluster"] is None and c["units"]["n_clusters"] == metrics["n_test_queries"]
+    seeds = metrics["seeds"]
+    assert len(seeds) >= 2 and set(metrics["consensus"]) == {str(s) for s in seeds}
+    for c in claims.values():  # training runs (seeds) are the clusters, test queries sit inside them
+        assert c["units"]["cluster"] == "seed" and c["units"]["n_clusters"] == len(seeds)
     results = pd.read_csv(smoke_repo / "plots/person_search/results.csv")
     assert METHODS <= set(results["method"])
     assert results[["map@10", "r@1", "r@5", "r@10"]].apply(lambda c: c.between(0, 1)).all().all()
     assert (results["r@1"] <= results["r@5"] + 1e-9).all() and (results["r@5"] <= results["r@10"] + 1e-9).all()
     sheet = Image.open(smoke_repo / "plots/person_search/contact_sheet.png")
     assert sheet.format == "PNG" and sheet.size[0] > 300
-    for name in ("cnn", "resnet", "vit"):
-        assert (smoke_repo / f"plots/person_search/live_encoder_{name}/metrics.json").exists()
+    for s in seeds:  # every model of every run logged its held-out curve (what the convergence precondition reads)
+        for name in ("encoder_cnn", "encoder_resnet", "encoder_vit", "expert_cross", "expert_cloze", "expert_verify"):
+            assert (smoke_repo / f"plots/person_search/live/{name}_s{s}/plots/metrics/val/loss.tsv").exists()
     # a second repro has nothing to do: every stage is cached
     out = dvc(smoke_repo, "repro", "--glob", "person_search_*").stdout
     assert "didn't change" in out or "up to date" in out.lower()
