@@ -15,7 +15,7 @@ from paperworks.person_search import evaluate as ps_eval
 from paperworks.person_search.artifacts import (
     CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, live_curve_path, read_images, read_items, read_queries, run_dir,
 )
-from paperworks.person_search.consensus import fit_consensus
+from paperworks.person_search.consensus import confidence, fit_consensus, softmax
 from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
 from paperworks.person_search.experts import EXPERTS
 from paperworks.person_search.params import Params
@@ -58,8 +58,10 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray) 
     # how often reranking turns a correct stage-1 top-1 into a wrong one, per source (the gate's reason to exist)
     top1 = {e: expert_orders[e][:, 0] == target_pos for e in EXPERTS}
     top1 |= {"always_rerank": always[:, 0] == target_pos, "gated": order[:, 0] == target_pos}
+    conf = confidence(softmax(scores["fusion"] / cons.temperatures["fusion"]), cons.kind)  # the gate's stage-1 confidence
+    top_quartile = conf >= np.quantile(conf[is_val], 0.75)
     flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
-                                         target_pos[mask] >= 0, kept[mask])
+                                         target_pos[mask] >= 0, kept[mask], top_quartile[mask])
              for split, mask in (("val", is_val), ("test", ~is_val))}
     return {"methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
             "cons": cons, "kept": kept, "target_pos": target_pos, "flips": flips, "pool_size": pool.shape[1]}

@@ -7,7 +7,7 @@ from dvclive import Live
 from paperworks.core.claims import EvidenceParams, live_curve
 from paperworks.person_search.data import CorpusConfig, attribute_keys, make_corpus
 from paperworks.person_search.embed import MINILM_DIM, view_table
-from paperworks.person_search.evaluate import preconditions, query_units, sum_flips
+from paperworks.person_search.evaluate import preconditions, query_units, rerank_flips, sum_flips
 from paperworks.person_search.experts import ExpertConfig, train_cloze
 from paperworks.person_search.text import VIEWS
 from paperworks.person_search.towers import EarlyStopping, EncoderConfig, eval_points, holdout_families, train_dual_encoder
@@ -91,3 +91,16 @@ def test_flips_sum_over_runs():
     other = {"gated": dict(run["gated"], stage1_top1_correct=6, flipped_to_wrong=4, flip_rate=0.6667)}
     s = sum_flips([run, other])["gated"]
     assert s["stage1_top1_correct"] == 10 and s["flipped_to_wrong"] == 5 and s["flip_rate"] == 0.5
+
+
+def test_rerank_flips_by_hand():
+    stage1 = np.array([True, True, False, False, False, True])
+    new = {"cloze": np.array([True, False, True, False, True, False])}
+    in_pool = np.array([True, True, True, True, False, True])
+    kept = np.array([False, True, False, False, False, False])
+    top = np.array([True, True, True, False, False, False])
+    f = rerank_flips(stage1, new, in_pool, kept, top)["cloze"]
+    # flipped: queries 1 and 5; fixed: query 2 only (query 4's target is not in the pool)
+    assert (f["stage1_top1_correct"], f["flipped_to_wrong"], f["fixed"], f["net_top1_gain"]) == (3, 2, 1, -1)
+    assert f["flip_rate"] == round(2 / 3, 4) and f["flipped_among_confident"] == 1 and f["confident_and_correct"] == 1
+    assert (f["top_quartile_queries"], f["top_quartile_stage1_correct"], f["top_quartile_flipped"], f["top_quartile_fixed"]) == (3, 2, 1, 1)
