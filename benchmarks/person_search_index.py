@@ -67,7 +67,7 @@ def unit(rng: np.random.Generator, *shape: int) -> np.ndarray:
 def captions(n: int, seed: int) -> list[str]:
     rng = np.random.default_rng(seed)
     specs = [random_spec(rng) for _ in range(n)]
-    return [caption(s.person, rng, 0.1, s.light, s.weather) for s in specs]
+    return [caption(s.person, rng, 0.1, s.light, s.weather, s.landmark) for s in specs]
 
 
 def towers() -> list:

@@ -85,12 +85,14 @@ def best_on_validation(candidates: list[str], val_map: dict[str, float]) -> str:
 
 
 def rerank_flips(stage1_correct: np.ndarray, new_top1_correct: dict[str, np.ndarray], in_pool: np.ndarray,
-                 kept: np.ndarray, top_quartile: np.ndarray) -> dict[str, dict]:
+                 kept: np.ndarray, top_quartile: np.ndarray, blind_twin: np.ndarray) -> dict[str, dict]:
     """Per source, how often reranking the pool changes a correct stage-1 top-1 into a wrong one
     (and, the other way, fixes a wrong one whose target is in the pool). ``kept``: queries the gate
     judged confident; their flips are the harm the gate exists to prevent. ``top_quartile``: queries
     whose stage-1 confidence is in the top quarter of the validation queries' (whatever the gate
-    decided): flips there against fixes there say whether confident stage-1 answers are worth keeping."""
+    decided): flips there against fixes there say whether confident stage-1 answers are worth keeping.
+    ``blind_twin``: queries whose target has a distractor differing only in what no expert reads
+    (``data.BLIND_ATTRS``); flips there are the world's planted case of experts misled."""
     out = {}
     for source, right in new_top1_correct.items():
         flipped = stage1_correct & ~right
@@ -103,7 +105,10 @@ def rerank_flips(stage1_correct: np.ndarray, new_top1_correct: dict[str, np.ndar
                        "top_quartile_queries": int(top_quartile.sum()),
                        "top_quartile_stage1_correct": int((stage1_correct & top_quartile).sum()),
                        "top_quartile_flipped": int((flipped & top_quartile).sum()),
-                       "top_quartile_fixed": int((fixed & top_quartile).sum())}
+                       "top_quartile_fixed": int((fixed & top_quartile).sum()),
+                       "blind_twin_queries": int(blind_twin.sum()),
+                       "blind_twin_stage1_correct": int((stage1_correct & blind_twin).sum()),
+                       "blind_twin_flipped": int((flipped & blind_twin).sum())}
     return out
 
 

@@ -24,6 +24,10 @@ class DataParams(StrictModel):
     # which attribute a hard distractor changes, and how often (0 = never); scene, light and
     # weather lie outside every cloze slot
     edit_weights: dict[EditAttr, float]
+    # share of targets (and of sim training families) with a *blind twin*: a distractor equal to the
+    # target except for its landmark, which only the full caption mentions (no facet, cloze slot or
+    # verifier checker reads it): queries where stage 1 can be right and the experts cannot tell
+    blind_twin_share: float = Field(ge=0, le=1)
 
     @model_validator(mode="after")
     def _weights(self):

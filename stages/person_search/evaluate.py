@@ -15,6 +15,7 @@ from paperworks.person_search import evaluate as ps_eval
 from paperworks.person_search.artifacts import (
     CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, live_curve_path, read_images, read_items, read_queries, run_dir,
 )
+from paperworks.person_search.data import blind_twin_targets
 from paperworks.person_search.consensus import confidence, fit_consensus, softmax
 from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
 from paperworks.person_search.experts import EXPERTS
@@ -30,7 +31,7 @@ def reorder(pool: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(pool, order, axis=1)
 
 
-def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray) -> dict:
+def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, blind_twin: np.ndarray) -> dict:
     """One training run: consensus fitted on its validation queries, every method's top-10, flips."""
     fusion_file, rerank_file = run_dir(FUSION, seed) / "rankings.safetensors", run_dir(RERANK, seed) / "expert_scores.safetensors"
     ranks = {k: v.numpy() for k, v in load_safetensors(fusion_file).items()}
@@ -61,7 +62,7 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray) 
     conf = confidence(softmax(scores["fusion"] / cons.temperatures["fusion"]), cons.kind)  # the gate's stage-1 confidence
     top_quartile = conf >= np.quantile(conf[is_val], 0.75)
     flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
-                                         target_pos[mask] >= 0, kept[mask], top_quartile[mask])
+                                         target_pos[mask] >= 0, kept[mask], top_quartile[mask], blind_twin[mask])
              for split, mask in (("val", is_val), ("test", ~is_val))}
     return {"methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
             "cons": cons, "kept": kept, "target_pos": target_pos, "flips": flips, "pool_size": pool.shape[1]}
@@ -78,8 +79,11 @@ def main() -> None:
     is_val, is_test = (queries["split"] == "val").to_numpy(), (queries["split"] == "test").to_numpy()
     if not is_val.any() or not is_test.any():
         raise ArtifactError("queries need both a 'val' and a 'test' split")
+    gallery = read_items("gallery")
+    # queries whose target has a blind twin in the gallery (a distractor differing only in the landmark)
+    blind_twin = np.isin(gallery["family"].to_numpy()[targets], list(blind_twin_targets(gallery)))
     seeds = list(p.seeds)
-    runs = {s: evaluate_run(s, p, targets, is_val) for s in seeds}
+    runs = {s: evaluate_run(s, p, targets, is_val, blind_twin) for s in seeds}
     method_names = sorted(runs[seeds[0]]["per_q"])
 
     rows = []
@@ -148,16 +152,16 @@ def main() -> None:
         "rerank_flips": {split: ps_eval.sum_flips([runs[s]["flips"][split] for s in seeds]) for split in ("val", "test")},
         "rerank_flips_by_seed": {str(s): runs[s]["flips"] for s in seeds},
         "data_card": {k: corpus_card[k] for k in ("share_single_edits_outside_cloze_slots", "single_edits_by_attribute",
-                                                   "multi_attribute_distractors")},
+                                                   "multi_attribute_distractors", "blind_attributes",
+                                                   "blind_twin_share_declared", "share_queries_with_blind_twin")},
         "queries_missing_facet": facet_report["queries_missing_facet"],
         "n_test_queries": int(is_test.sum()), "n_val_queries": int(is_val.sum()),
-        "n_gallery": len(read_items("gallery")),
+        "n_gallery": len(gallery),
     }
     write_json(METRICS, metrics)
 
     # ---- contact sheet (first training run): test queries where the consensus changed the top-5, then others
     methods = runs[seeds[0]]["methods"]
-    gallery = read_items("gallery")
     images = read_images("gallery", len(gallery), p.data.height, p.data.width)
     test_idx = np.flatnonzero(is_test)
     changed = [q for q in test_idx if not np.array_equal(methods["fusion"][q, :5], methods["fusion+consensus"][q, :5])]

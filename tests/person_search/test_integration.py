@@ -31,6 +31,12 @@ def test_smoke_pipeline(smoke_repo):
             assert f["stage1_top1_correct"] == sum(r[split][source]["stage1_top1_correct"]
                                                    for r in metrics["rerank_flips_by_seed"].values())
     assert 0 < metrics["data_card"]["share_single_edits_outside_cloze_slots"] < 1
+    card = metrics["data_card"]  # the planted blind twins (landmark-only distractors) are in the gallery as declared
+    assert card["blind_attributes"] == ["landmark"] and card["blind_twin_share_declared"] > 0
+    n_queries = metrics["n_test_queries"] + metrics["n_val_queries"]
+    assert card["share_queries_with_blind_twin"] == round(round(card["blind_twin_share_declared"] * n_queries) / n_queries, 4)
+    n_twin = sum(metrics["rerank_flips"][split]["gated"]["blind_twin_queries"] for split in ("val", "test"))
+    assert n_twin == round(card["blind_twin_share_declared"] * n_queries) * len(metrics["seeds"])  # summed over runs
     seeds = metrics["seeds"]
     assert len(seeds) >= 2 and set(metrics["consensus"]) == {str(s) for s in seeds}
     for c in claims.values():  # training runs (seeds) are the clusters, test queries sit inside them

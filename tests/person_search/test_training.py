@@ -99,8 +99,10 @@ def test_rerank_flips_by_hand():
     in_pool = np.array([True, True, True, True, False, True])
     kept = np.array([False, True, False, False, False, False])
     top = np.array([True, True, True, False, False, False])
-    f = rerank_flips(stage1, new, in_pool, kept, top)["cloze"]
+    twin = np.array([False, True, True, False, False, False])
+    f = rerank_flips(stage1, new, in_pool, kept, top, twin)["cloze"]
     # flipped: queries 1 and 5; fixed: query 2 only (query 4's target is not in the pool)
     assert (f["stage1_top1_correct"], f["flipped_to_wrong"], f["fixed"], f["net_top1_gain"]) == (3, 2, 1, -1)
     assert f["flip_rate"] == round(2 / 3, 4) and f["flipped_among_confident"] == 1 and f["confident_and_correct"] == 1
     assert (f["top_quartile_queries"], f["top_quartile_stage1_correct"], f["top_quartile_flipped"], f["top_quartile_fixed"]) == (3, 2, 1, 1)
+    assert (f["blind_twin_queries"], f["blind_twin_stage1_correct"], f["blind_twin_flipped"]) == (2, 1, 1)
