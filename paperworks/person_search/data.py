@@ -276,13 +276,19 @@ def edit_shares(gallery: pd.DataFrame) -> dict[str, object]:
             "share_queries_with_blind_twin": round(len(twins) / max(len(targets), 1), 4)}
 
 
-def blind_twin_targets(gallery: pd.DataFrame) -> set[int]:
-    """Families (= queries' targets) with a distractor that differs from the target only in blind attributes."""
+def blind_twins(gallery: pd.DataFrame) -> dict[int, int]:
+    """Family (= a query's target) → item id of its blind twin: the distractor that differs from the
+    target only in blind attributes (at most one per family by construction)."""
     seen = [a for a in ATTRS if a not in BLIND_ATTRS]
     targets = gallery[gallery["is_target"]].set_index("family")[seen]
     distractors = gallery[~gallery["is_target"]]
     same = (distractors[seen].to_numpy() == targets.loc[distractors["family"]].to_numpy()).all(1)
-    return set(distractors["family"].to_numpy()[same].tolist())
+    return dict(zip(distractors["family"].to_numpy()[same].tolist(), distractors["item_id"].to_numpy()[same].tolist()))
+
+
+def blind_twin_targets(gallery: pd.DataFrame) -> set[int]:
+    """Families (= queries' targets) with a blind twin in the gallery."""
+    return set(blind_twins(gallery))
 
 
 def items_frame(specs: list[ItemSpec], families: list[int], is_target: list[bool], captions: list[str],

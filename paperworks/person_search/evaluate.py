@@ -112,6 +112,17 @@ def rerank_flips(stage1_correct: np.ndarray, new_top1_correct: dict[str, np.ndar
     return out
 
 
+def twin_order(scores: dict[str, np.ndarray], pool: np.ndarray, targets: np.ndarray, twins: np.ndarray) -> dict[str, dict]:
+    """Per source, on the queries whose target and blind twin (``twins``, −1: none) are both in the pool:
+    how often the source scores the target above its twin. A source blind to the landmark is at
+    chance (about half); stage 1 can do better, and where it does, reranking can only lose."""
+    rows = np.flatnonzero((twins >= 0) & (pool == targets[:, None]).any(1) & (pool == twins[:, None]).any(1))
+    t_pos = np.argmax(pool[rows] == targets[rows, None], axis=1)
+    w_pos = np.argmax(pool[rows] == twins[rows, None], axis=1)
+    return {source: {"pairs_in_pool": len(rows),
+                     "target_above_twin": int((v[rows, t_pos] > v[rows, w_pos]).sum())} for source, v in scores.items()}
+
+
 def claim_specs(best_view: str, best_backbone: str) -> list[ClaimSpec]:
     trained = (CONVERGED,)
     common = dict(table="ap_at_10", metric="AP@10", unit="query", cluster="seed")

@@ -15,7 +15,7 @@ from paperworks.person_search import evaluate as ps_eval
 from paperworks.person_search.artifacts import (
     CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, live_curve_path, read_images, read_items, read_queries, run_dir,
 )
-from paperworks.person_search.data import blind_twin_targets
+from paperworks.person_search.data import blind_twins
 from paperworks.person_search.consensus import confidence, fit_consensus, softmax
 from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
 from paperworks.person_search.experts import EXPERTS
@@ -31,7 +31,7 @@ def reorder(pool: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(pool, order, axis=1)
 
 
-def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, blind_twin: np.ndarray) -> dict:
+def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, twins: np.ndarray) -> dict:
     """One training run: consensus fitted on its validation queries, every method's top-10, flips."""
     fusion_file, rerank_file = run_dir(FUSION, seed) / "rankings.safetensors", run_dir(RERANK, seed) / "expert_scores.safetensors"
     ranks = {k: v.numpy() for k, v in load_safetensors(fusion_file).items()}
@@ -61,10 +61,13 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, 
     top1 |= {"always_rerank": always[:, 0] == target_pos, "gated": order[:, 0] == target_pos}
     conf = confidence(softmax(scores["fusion"] / cons.temperatures["fusion"]), cons.kind)  # the gate's stage-1 confidence
     top_quartile = conf >= np.quantile(conf[is_val], 0.75)
+    blind_twin = twins >= 0
     flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
                                          target_pos[mask] >= 0, kept[mask], top_quartile[mask], blind_twin[mask])
              for split, mask in (("val", is_val), ("test", ~is_val))}
-    return {"methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
+    twin_pairs = {split: ps_eval.twin_order({k: v[mask] for k, v in scores.items()}, pool[mask], targets[mask], twins[mask])
+                  for split, mask in (("val", is_val), ("test", ~is_val))}
+    return {"twin_pairs": twin_pairs, "methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
             "cons": cons, "kept": kept, "target_pos": target_pos, "flips": flips, "pool_size": pool.shape[1]}
 
 
@@ -80,10 +83,11 @@ def main() -> None:
     if not is_val.any() or not is_test.any():
         raise ArtifactError("queries need both a 'val' and a 'test' split")
     gallery = read_items("gallery")
-    # queries whose target has a blind twin in the gallery (a distractor differing only in the landmark)
-    blind_twin = np.isin(gallery["family"].to_numpy()[targets], list(blind_twin_targets(gallery)))
+    # per query, the item id of its target's blind twin (a distractor differing only in the landmark), −1: none
+    twin_of = blind_twins(gallery)
+    twins = np.array([twin_of.get(int(f), -1) for f in gallery["family"].to_numpy()[targets]], dtype=np.int64)
     seeds = list(p.seeds)
-    runs = {s: evaluate_run(s, p, targets, is_val, blind_twin) for s in seeds}
+    runs = {s: evaluate_run(s, p, targets, is_val, twins) for s in seeds}
     method_names = sorted(runs[seeds[0]]["per_q"])
 
     rows = []
@@ -151,6 +155,11 @@ def main() -> None:
         # summed over the training runs; per run in rerank_flips_by_seed
         "rerank_flips": {split: ps_eval.sum_flips([runs[s]["flips"][split] for s in seeds]) for split in ("val", "test")},
         "rerank_flips_by_seed": {str(s): runs[s]["flips"] for s in seeds},
+        # per source (fusion = stage 1), summed over the runs: target scored above its blind twin, among
+        # the blind-twin queries with both in the pool (experts blind to the landmark: about half)
+        "blind_twin_order": {split: {src: {k: sum(runs[s]["twin_pairs"][split][src][k] for s in seeds)
+                                          for k in ("pairs_in_pool", "target_above_twin")}
+                                     for src in runs[seeds[0]]["twin_pairs"][split]} for split in ("val", "test")},
         "data_card": {k: corpus_card[k] for k in ("share_single_edits_outside_cloze_slots", "single_edits_by_attribute",
                                                    "multi_attribute_distractors", "blind_attributes",
                                                    "blind_twin_share_declared", "share_queries_with_blind_twin")},

@@ -37,6 +37,10 @@ def test_smoke_pipeline(smoke_repo):
     assert card["share_queries_with_blind_twin"] == round(round(card["blind_twin_share_declared"] * n_queries) / n_queries, 4)
     n_twin = sum(metrics["rerank_flips"][split]["gated"]["blind_twin_queries"] for split in ("val", "test"))
     assert n_twin == round(card["blind_twin_share_declared"] * n_queries) * len(metrics["seeds"])  # summed over runs
+    for split in ("val", "test"):
+        order = metrics["blind_twin_order"][split]
+        assert set(order) == {"fusion", "cross", "cloze", "verify"}
+        assert all(0 <= o["target_above_twin"] <= o["pairs_in_pool"] for o in order.values())
     seeds = metrics["seeds"]
     assert len(seeds) >= 2 and set(metrics["consensus"]) == {str(s) for s in seeds}
     for c in claims.values():  # training runs (seeds) are the clusters, test queries sit inside them

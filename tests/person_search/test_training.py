@@ -7,7 +7,7 @@ from dvclive import Live
 from paperworks.core.claims import EvidenceParams, live_curve
 from paperworks.person_search.data import CorpusConfig, attribute_keys, make_corpus
 from paperworks.person_search.embed import MINILM_DIM, view_table
-from paperworks.person_search.evaluate import preconditions, query_units, rerank_flips, sum_flips
+from paperworks.person_search.evaluate import preconditions, query_units, rerank_flips, sum_flips, twin_order
 from paperworks.person_search.experts import ExpertConfig, train_cloze
 from paperworks.person_search.text import VIEWS
 from paperworks.person_search.towers import EarlyStopping, EncoderConfig, eval_points, holdout_families, train_dual_encoder
@@ -106,3 +106,15 @@ def test_rerank_flips_by_hand():
     assert f["flip_rate"] == round(2 / 3, 4) and f["flipped_among_confident"] == 1 and f["confident_and_correct"] == 1
     assert (f["top_quartile_queries"], f["top_quartile_stage1_correct"], f["top_quartile_flipped"], f["top_quartile_fixed"]) == (3, 2, 1, 1)
     assert (f["blind_twin_queries"], f["blind_twin_stage1_correct"], f["blind_twin_flipped"]) == (2, 1, 1)
+
+
+def test_twin_order_by_hand():
+    pool = np.array([[5, 7, 9], [1, 2, 3], [4, 6, 8], [10, 11, 12]])
+    targets = np.array([7, 3, 4, 10])
+    twins = np.array([9, -1, 99, 10 + 2])  # query 1: no twin; query 2: twin not in the pool
+    scores = {"fusion": np.array([[0.0, 3.0, 1.0], [0, 0, 0], [0, 0, 0], [1.0, 0.0, 0.5]]),
+              "cloze": np.array([[0.0, 1.0, 3.0], [0, 0, 0], [0, 0, 0], [1.0, 0.0, 1.0]])}
+    out = twin_order(scores, pool, targets, twins)
+    # pairs: queries 0 and 3; fusion puts the target first in both, cloze in neither (a tie is not "above")
+    assert out["fusion"] == {"pairs_in_pool": 2, "target_above_twin": 2}
+    assert out["cloze"] == {"pairs_in_pool": 2, "target_above_twin": 0}
