@@ -25,11 +25,13 @@ import fnmatch
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import flows  # noqa: F401  (project Prefect home, startup timeout, analytics off: before prefect loads)
 from flows.dvc_cli import DvcError, run_dvc
+from flows.progress import BarThrottle, estimate_left, progress_line
 from flows.project_lock import ProjectLockTimeout, project_lock
 
 import yaml
@@ -183,9 +185,14 @@ def repro_stage(stage: str, repo_root: str, busy_timeout: float = 3600.0):
     """
     logger = get_run_logger()
     logger.info("$ dvc --wait-for-lock repro --single-item %s", stage)
+    bars = BarThrottle()  # a progress bar read from a pipe is a line per redraw: one every 30 s
+
+    def show(line: str) -> None:
+        if bars.keep(line):
+            logger.info("%s", line)
+
     try:
-        result = run_dvc(["repro", "--single-item", stage], repo_root, on_line=lambda line: logger.info("%s", line),
-                         busy_timeout=busy_timeout, logger=logger)
+        result = run_dvc(["repro", "--single-item", stage], repo_root, on_line=show, busy_timeout=busy_timeout, logger=logger)
     except DvcError as e:
         said = f": {e.last_output}" if e.last_output else ""
         if e.stage_exit is not None and 0 < e.stage_exit < 128:
@@ -240,18 +247,44 @@ def save_experiment(repo_root: Path, name: str, stages: list[str] | None, busy_t
 
 # --------------------------------------------------------------------------- the flow
 
-def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: Path, busy_timeout: float) -> dict[str, Any]:
+def recorded_costs(root: Path) -> dict[str, float]:
+    """Stage → wall seconds of its latest successful run in this work tree (empty if none ran)."""
+    from flows.costs import latest_costs, stage_commands
+    from paperworks.core.stage import COST_LOG
+
+    log = root / COST_LOG
+    if not log.exists():
+        return {}
+    return {s: c.wall_s for s, c in latest_costs(log.read_text().splitlines(), stage_commands(root)).items()}
+
+
+def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: Path, busy_timeout: float,
+               lanes: int = 1, costs: dict[str, float] | None = None, report: Any = None) -> dict[str, Any]:
     """Submit each stage once the stages it depends on have completed; return stage → final state.
 
     Stages below a failed one are never submitted (rather than submitted with ``wait_for`` and
-    left by Prefect as "NotReady", an ERROR line each): one failure is reported once.
+    left by Prefect as "NotReady", an ERROR line each): one failure is reported once. After
+    every stage, ``report`` (a logging call) gets a progress line: stages done / total, the
+    running ones, elapsed time and the time left estimated from ``costs`` on ``lanes``.
     """
     from prefect.futures import as_completed
 
     wanted = set(to_run)
     running: dict[Any, str] = {}
+    started: dict[str, float] = {}
     states: dict[str, Any] = {}
     blocked: set[str] = set()
+    t0 = time.monotonic()
+
+    def show_progress() -> None:
+        if report is None:
+            return
+        now = time.monotonic()
+        in_flight = {s: now - started[s] for s in running.values()}
+        pending = [s for s in to_run if s not in states and s not in blocked and s not in in_flight]
+        left = estimate_left(pending, in_flight, dag, costs or {}, lanes) if costs is not None else None
+        report("progress: " + progress_line(len(states), len(to_run), in_flight, now - t0, left))
+
     while True:
         for stage in to_run:
             if stage in states or stage in blocked or stage in running.values():
@@ -261,6 +294,8 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
                 blocked.add(stage)
             elif all(u in states for u in ups):
                 running[stage_task.submit(stage, str(root), busy_timeout)] = stage
+                started[stage] = time.monotonic()
+        show_progress()
         if not running:
             return states
         finished = next(as_completed(list(running)))
@@ -309,7 +344,8 @@ def build_flow(
                 logger.info("%d stages: %s", len(order), ", ".join(order))
                 to_run = stages_to_run(order, dag, stale_stages(root, dvc_busy_timeout))
                 logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
-                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout)
+                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout, lanes=max_parallel,
+                                     costs=recorded_costs(root), report=logger.info)
                 results, failures = [], []
                 for s in order:
                     state = outcome.get(s)

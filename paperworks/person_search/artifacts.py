@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from paperworks.core.io import ArtifactError, load_safetensors, read_parquet
+from paperworks.core.params import ParamsError
 from paperworks.person_search.data import ITEM_SCHEMA, QUERY_SCHEMA
 from paperworks.person_search.text import VIEWS
 
@@ -20,6 +21,35 @@ TEXT = DATA / "text"
 RETRIEVAL = DATA / "retrieval"
 FUSION = DATA / "fusion"
 RERANK = DATA / "rerank"
+LIVE = PLOTS / "live"
+
+
+# One training run per seed (params ``person_search.seeds``): its models and everything downstream.
+def encoder_path(backbone: str, seed: int) -> Path:
+    return MODELS / f"seed_{seed}" / f"encoder_{backbone}.safetensors"
+
+
+def expert_path(name: str, seed: int) -> Path:
+    return MODELS / f"seed_{seed}" / f"expert_{name}.safetensors"
+
+
+def live_dir(kind: str, name: str, seed: int) -> Path:
+    """dvclive folder of one trained model (``kind``: encoder or expert)."""
+    return LIVE / f"{kind}_{name}_s{seed}"
+
+
+def live_curve_path(kind: str, name: str, seed: int) -> Path:
+    """The held-out loss curve the convergence precondition reads."""
+    return live_dir(kind, name, seed) / "plots" / "metrics" / "val" / "loss.tsv"
+
+
+def run_dir(root: Path, seed: int) -> Path:
+    return root / f"seed_{seed}"
+
+
+def check_seed(seeds: list[int], seed: int) -> None:
+    if seed not in seeds:
+        raise ParamsError(f"person_search.seeds: seed {seed} is not listed (have {seeds})")
 
 
 def read_items(name: str):

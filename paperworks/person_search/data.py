@@ -13,6 +13,16 @@ The edit weights (``data.edit_weights``) decide which attribute a distractor cha
 default puts about half of the edits outside every cloze slot (scene, light, weather), so no
 expert's closed vocabulary is aligned with the generator by construction. The realised
 share is written to ``corpus/summary.json`` (the data card).
+
+A third painted property, the *landmark* beside the pedestrian (a lamp post, a traffic sign or a
+small tree at the image's edge), is written in its own caption sentence that no facet lexicon
+reads: it reaches the full-caption view only (stage 1's ``full`` anchor branches; the structured
+view, every facet view, every cloze slot and every verifier facet miss it). ``data.blind_twin_share``
+of the targets get one *blind twin* among their distractors: the target with only the landmark
+changed. On such a query the cloze expert and the facet verifier see two identical descriptions,
+so their order of target and twin is noise, while stage 1 can tell them apart: the queries where
+reranking can turn a confident, correct stage-1 answer wrong (the consensus gate's reason to exist).
+The same share of sim training families carries a blind twin, so the encoders learn the landmark.
 """
 from __future__ import annotations
 
@@ -32,9 +42,13 @@ PERSON_ATTRS = ("upper", "lower", "headwear", "bag", "action", "object", "scene"
 LIGHTS = ("day", "dusk", "night")
 WEATHERS = ("clear", "rain", "fog", "snow")
 CONDITIONS = ("light", "weather")
-ATTRS = (*PERSON_ATTRS, *CONDITIONS)
+LANDMARKS = ("lamp_post", "traffic_sign", "tree")
+# Attributes that only the full caption mentions: no facet, no cloze slot, no verifier checker reads them.
+BLIND_ATTRS = ("landmark",)
+ATTRS = (*PERSON_ATTRS, *CONDITIONS, *BLIND_ATTRS)
 ATTR_VALUES = {"upper": COLOURS, "lower": COLOURS, "headwear": HEADWEAR, "bag": BAGS,
-               "action": ACTIONS, "object": OBJECTS, "scene": SCENES, "light": LIGHTS, "weather": WEATHERS}
+               "action": ACTIONS, "object": OBJECTS, "scene": SCENES, "light": LIGHTS, "weather": WEATHERS,
+               "landmark": LANDMARKS}
 # Which single edits a hard distractor makes, and how often: the default of ``data.edit_weights``.
 EDIT_WEIGHTS = {"action": 0.16, "object": 0.12, "upper": 0.05, "lower": 0.05, "headwear": 0.03, "bag": 0.02,
                 "scene": 0.19, "light": 0.19, "weather": 0.19}
@@ -43,18 +57,42 @@ PAB_TARGETS, PAB_DISTRACTORS = 1978, 34795
 
 @dataclass(frozen=True)
 class ItemSpec:
-    """A gallery/training item: the rendered pedestrian plus the light and weather painted over it."""
+    """A gallery/training item: the rendered pedestrian plus the landmark, light and weather painted over it."""
 
     person: PedestrianSpec
     light: str = "day"
     weather: str = "clear"
+    landmark: str = "lamp_post"
 
     def as_dict(self) -> dict[str, str]:
-        return self.person.as_dict() | {"light": self.light, "weather": self.weather}
+        return self.person.as_dict() | {"light": self.light, "weather": self.weather, "landmark": self.landmark}
 
     @classmethod
     def from_dict(cls, d: dict[str, str]) -> "ItemSpec":
-        return cls(PedestrianSpec(**{a: d[a] for a in PERSON_ATTRS}), d["light"], d["weather"])
+        return cls(PedestrianSpec(**{a: d[a] for a in PERSON_ATTRS}), d["light"], d["weather"], d["landmark"])
+
+
+def paint_landmark(img: np.ndarray, landmark: str, seed: int) -> np.ndarray:
+    """Paint the landmark in a narrow strip at the left or right edge (side and offset from ``seed``)."""
+    rng = np.random.default_rng(seed + 104729)
+    x = img.copy()
+    h, w = x.shape[:2]
+    pole = max(2, w // 16)
+    x0 = int(rng.integers(0, 3)) if rng.random() < 0.5 else w - pole - 1 - int(rng.integers(0, 3))
+    x0 = int(np.clip(x0, 0, w - pole))
+    head = slice(max(0, x0 - 1), min(w, x0 + pole + 1))
+    if landmark == "lamp_post":  # a tall dark pole with a yellow lamp on top
+        x[h // 8 :, x0 : x0 + pole] = (60, 60, 66)
+        x[h // 8 : h // 8 + 3, head] = (250, 220, 60)
+    elif landmark == "traffic_sign":  # a light grey pole with a red plate
+        x[h // 3 :, x0 : x0 + pole] = (165, 165, 165)
+        x[h // 6 : h // 6 + max(3, h // 10), head] = (220, 30, 30)
+    elif landmark == "tree":  # a brown trunk under a green crown
+        x[h // 2 :, x0 : x0 + pole] = (110, 70, 30)
+        x[h // 6 : h // 2, head] = (40, 140, 50)
+    else:
+        raise ValueError(f"landmark {landmark!r} not in {LANDMARKS}")
+    return x
 
 
 def apply_conditions(img: np.ndarray, light: str, weather: str, seed: int) -> np.ndarray:
@@ -98,6 +136,7 @@ class CorpusConfig:
     width: int
     height: int
     edit_weights: dict[str, float] | None = None  # None: EDIT_WEIGHTS
+    blind_twin_share: float = 0.0  # share of targets (and of training families) with a blind twin
 
 
 def random_spec(rng: np.random.Generator) -> ItemSpec:
@@ -108,7 +147,8 @@ def random_spec(rng: np.random.Generator) -> ItemSpec:
         headwear=HEADWEAR[int(rng.integers(len(HEADWEAR)))], bag=BAGS[int(rng.integers(len(BAGS)))],
         action=action, object=objects[int(rng.integers(len(objects)))], scene=SCENES[int(rng.integers(len(SCENES)))],
     )
-    return ItemSpec(person, LIGHTS[int(rng.integers(len(LIGHTS)))], WEATHERS[int(rng.integers(len(WEATHERS)))])
+    return ItemSpec(person, LIGHTS[int(rng.integers(len(LIGHTS)))], WEATHERS[int(rng.integers(len(WEATHERS)))],
+                    LANDMARKS[int(rng.integers(len(LANDMARKS)))])
 
 
 def single_edits(spec: ItemSpec) -> list[tuple[str, ItemSpec]]:
@@ -139,24 +179,44 @@ def hard_variants(spec: ItemSpec, n: int, rng: np.random.Generator, taken: set[I
     return [edits[i][1] for i in sorted(idx)]
 
 
+def blind_twin(spec: ItemSpec, rng: np.random.Generator, taken: set[ItemSpec]) -> ItemSpec | None:
+    """An unused spec equal to ``spec`` except in one blind attribute (the landmark), or None."""
+    options = [s for a, s in single_edits(spec) if a in BLIND_ATTRS and s not in taken]
+    return options[int(rng.integers(len(options)))] if options else None
+
+
+def planted(n: int, share: float, rng: np.random.Generator) -> set[int]:
+    """Exactly round(share · n) of range(n), drawn at random: the ones that get a blind twin."""
+    return set(rng.permutation(n)[: int(round(share * n))].tolist())
+
+
 def build_families(n_families: int, family_size: int, rng: np.random.Generator,
-                   taken: set[ItemSpec], edit_weights: dict[str, float] | None = None) -> list[list[ItemSpec]]:
-    """Families of unique specs: a random base plus ``family_size − 1`` hard single-edit variants."""
+                   taken: set[ItemSpec], edit_weights: dict[str, float] | None = None,
+                   blind_twin_share: float = 0.0) -> list[list[ItemSpec]]:
+    """Families of unique specs: a random base plus ``family_size − 1`` hard single-edit variants
+    (one of them the base's blind twin in ``blind_twin_share`` of the families)."""
+    with_twin = planted(n_families, blind_twin_share, rng)
     families = []
     while len(families) < n_families:
         base = random_spec(rng)
         if base in taken:
             continue
         taken.add(base)
-        variants = hard_variants(base, family_size - 1, rng, taken, edit_weights)
+        twin = blind_twin(base, rng, taken) if len(families) in with_twin else None
+        if twin is not None:
+            taken.add(twin)
+        variants = [twin] if twin is not None else []
+        variants += hard_variants(base, family_size - 1 - len(variants), rng, taken, edit_weights)
         taken.update(variants)
         families.append([base, *variants])
     return families
 
 
 def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Generator,
-                  edit_weights: dict[str, float] | None = None) -> list[tuple[int, bool, ItemSpec]]:
-    """(family = target index, is_target, spec) for targets and their hard distractors (PAB proportion)."""
+                  edit_weights: dict[str, float] | None = None,
+                  blind_twin_share: float = 0.0) -> list[tuple[int, bool, ItemSpec]]:
+    """(family = target index, is_target, spec) for targets and their hard distractors (PAB proportion);
+    ``blind_twin_share`` of the targets (those with at least one distractor) get their blind twin as one of them."""
     n_distractors = int(round(n_targets * distractor_ratio))
     # Spread the distractors evenly over targets (some get one more) to hit the exact proportion.
     per_target = np.full(n_targets, n_distractors // n_targets)
@@ -169,8 +229,13 @@ def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Genera
             taken.add(s)
             targets.append(s)
     rows = [(t, True, s) for t, s in enumerate(targets)]
+    with_twin = planted(n_targets, blind_twin_share, rng)
     for t, s in enumerate(targets):
-        variants = hard_variants(s, int(per_target[t]), rng, taken, edit_weights)
+        twin = blind_twin(s, rng, taken) if t in with_twin and per_target[t] > 0 else None
+        if twin is not None:
+            taken.add(twin)
+        variants = [twin] if twin is not None else []
+        variants += hard_variants(s, int(per_target[t]) - len(variants), rng, taken, edit_weights)
         while len(variants) < per_target[t]:  # neighbourhood used up: a random unused spec sharing the scene
             extra = random_spec(rng)
             extra = ItemSpec.from_dict(dict(extra.as_dict(), scene=s.person.scene))
@@ -184,7 +249,8 @@ def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Genera
 def render_items(specs: list[ItemSpec], seeds: list[int], domain: str, width: int, height: int, desc: str) -> np.ndarray:
     out = np.empty((len(specs), height, width, 3), dtype=np.uint8)
     for i, (s, seed) in enumerate(tqdm(list(zip(specs, seeds)), desc=desc, mininterval=2.0)):
-        out[i] = apply_conditions(render_pedestrian(s.person, seed, domain, width, height), s.light, s.weather, seed)
+        person = paint_landmark(render_pedestrian(s.person, seed, domain, width, height), s.landmark, seed)
+        out[i] = apply_conditions(person, s.light, s.weather, seed)
     return out
 
 
@@ -202,9 +268,27 @@ def edit_shares(gallery: pd.DataFrame) -> dict[str, object]:
         else:
             n_multi += 1
     n = max(len(distractors), 1)
+    twins = blind_twin_targets(gallery)
     return {"single_edits_by_attribute": counts, "multi_attribute_distractors": n_multi,
             "share_single_edits_outside_cloze_slots": round(n_outside / n, 4),
-            "cloze_slots": list(CLOZE_SLOTS)}
+            "cloze_slots": list(CLOZE_SLOTS), "blind_attributes": list(BLIND_ATTRS),
+            # queries whose target has a distractor differing only in what no expert reads (the landmark)
+            "share_queries_with_blind_twin": round(len(twins) / max(len(targets), 1), 4)}
+
+
+def blind_twins(gallery: pd.DataFrame) -> dict[int, int]:
+    """Family (= a query's target) → item id of its blind twin: the distractor that differs from the
+    target only in blind attributes (at most one per family by construction)."""
+    seen = [a for a in ATTRS if a not in BLIND_ATTRS]
+    targets = gallery[gallery["is_target"]].set_index("family")[seen]
+    distractors = gallery[~gallery["is_target"]]
+    same = (distractors[seen].to_numpy() == targets.loc[distractors["family"]].to_numpy()).all(1)
+    return dict(zip(distractors["family"].to_numpy()[same].tolist(), distractors["item_id"].to_numpy()[same].tolist()))
+
+
+def blind_twin_targets(gallery: pd.DataFrame) -> set[int]:
+    """Families (= queries' targets) with a blind twin in the gallery."""
+    return set(blind_twins(gallery))
 
 
 def items_frame(specs: list[ItemSpec], families: list[int], is_target: list[bool], captions: list[str],
@@ -222,14 +306,14 @@ def make_corpus(cfg: CorpusConfig, seed: int) -> dict[str, object]:
     """Everything the render stage writes: train/gallery tables and images, queries."""
     rng = np.random.default_rng(seed)
     # --- sim training families ---
-    fams = build_families(cfg.n_train_families, cfg.family_size, rng, set(), cfg.edit_weights)
+    fams = build_families(cfg.n_train_families, cfg.family_size, rng, set(), cfg.edit_weights, cfg.blind_twin_share)
     train_specs = [s for f in fams for s in f]
     train_family = [i for i, f in enumerate(fams) for _ in f]
-    train_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather) for s in train_specs]
+    train_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather, s.landmark) for s in train_specs]
     train_seeds = [int(x) for x in rng.integers(0, 2**31 - 1, len(train_specs))]
     train_df = items_frame(train_specs, train_family, [False] * len(train_specs), train_caps, train_seeds)
     # --- real-domain gallery and queries ---
-    rows = build_gallery(cfg.n_targets, cfg.distractor_ratio, rng, cfg.edit_weights)
+    rows = build_gallery(cfg.n_targets, cfg.distractor_ratio, rng, cfg.edit_weights, cfg.blind_twin_share)
     order = rng.permutation(len(rows))  # shuffle so targets are not the first items
     rows = [rows[i] for i in order]
     g_specs = [s for _, _, s in rows]
@@ -237,7 +321,7 @@ def make_corpus(cfg: CorpusConfig, seed: int) -> dict[str, object]:
     gallery_df = items_frame(g_specs, [f for f, _, _ in rows], [t for _, t, _ in rows], [""] * len(rows), g_seeds)
     target_items = {f: i for i, (f, t, _) in enumerate(rows) if t}
     q_specs = [rows[target_items[t]][2] for t in range(cfg.n_targets)]
-    q_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather) for s in q_specs]
+    q_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather, s.landmark) for s in q_specs]
     n_val = int(round(cfg.n_targets * cfg.val_fraction))
     split = np.array(["test"] * cfg.n_targets, dtype=object)
     split[rng.permutation(cfg.n_targets)[:n_val]] = "val"
@@ -263,6 +347,6 @@ def attribute_keys(df: pd.DataFrame) -> dict[str, np.ndarray]:
     def key_tmp(cols: list[str]) -> np.ndarray:
         return pd.factorize(tmp[cols].astype(str).agg("|".join, axis=1))[0].astype(np.int64)
 
-    full = key(list(ATTRS))
-    return {"full": full, "structured": full, "appearance": key(["upper", "lower", "headwear", "bag"]),
+    # the structured view concatenates the facets: it never mentions a blind attribute (the landmark)
+    return {"full": key(list(ATTRS)), "structured": key([a for a in ATTRS if a not in BLIND_ATTRS]), "appearance": key(["upper", "lower", "headwear", "bag"]),
             "action": key_tmp(["action_key"]), "object": key(["object"]), "scene": key(["scene", *CONDITIONS])}

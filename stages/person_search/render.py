@@ -18,7 +18,7 @@ def main() -> None:
     d = p.data
     seed = derive_seed(global_seed(read_params_file()), "person_search", "render")
     cfg = CorpusConfig(d.n_train_families, d.family_size, d.n_targets, d.distractor_ratio, d.val_fraction,
-                       d.drop_scene_prob, d.width, d.height, dict(d.edit_weights))
+                       d.drop_scene_prob, d.width, d.height, dict(d.edit_weights), d.blind_twin_share)
     corpus = make_corpus(cfg, seed)
     write_parquet(CORPUS / "train.parquet", corpus["train"], ITEM_SCHEMA)
     write_parquet(CORPUS / "gallery.parquet", corpus["gallery"], ITEM_SCHEMA)
@@ -30,7 +30,7 @@ def main() -> None:
         "n_train": len(corpus["train"]), "n_gallery": len(g), "n_targets": int(g["is_target"].sum()),
         "n_distractors": int((~g["is_target"]).sum()), "n_queries": len(corpus["queries"]),
         "n_val_queries": int((corpus["queries"]["split"] == "val").sum()),
-        "edit_weights": dict(d.edit_weights), **edit_shares(g),
+        "edit_weights": dict(d.edit_weights), "blind_twin_share_declared": d.blind_twin_share, **edit_shares(g),
     })
 
 

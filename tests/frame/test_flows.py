@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from flows.pipeline import build_flow, read_dag, select_stages, set_param
+from flows.pipeline import build_flow, read_dag, run_stages, select_stages, set_param
 from tests.conftest import REPO, run, tool_env
 
 TOY_DVC_YAML = """
@@ -107,6 +107,29 @@ def test_flow_runs_stages_through_dvc_then_skips(toy_repo: Path, prefect_api: st
     assert set(lock["stages"]) == {"a_gen", "b_use@1", "b_use@2", "c_join"}
     # DVC itself agrees nothing is left to do
     assert "up to date" in run([str(Path(sys.executable).with_name("dvc")), "status"], cwd=toy_repo).stdout
+
+
+def test_run_reports_progress_with_an_estimate_from_recorded_costs(prefect_api: str) -> None:
+    from prefect import flow, task
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    @task
+    def fake_stage(stage: str, root: str, busy_timeout: float) -> dict:
+        return {"stage": stage, "status": "ran"}
+
+    lines: list[str] = []
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=2))
+    def two_lanes() -> dict:
+        return run_stages(fake_stage, ["a", "b", "c"], {"a": [], "b": ["a"], "c": ["a"]}, Path("."), 1.0,
+                          lanes=2, costs={"a": 10.0, "b": 20.0, "c": 20.0}, report=lines.append)
+
+    states = two_lanes()
+    assert set(states) == {"a", "b", "c"} and all(s.is_completed() for s in states.values())
+    # a runs first; then b and c side by side: 10 s + 20 s left by the recorded costs
+    assert lines[0].startswith("progress: 0/3 stages done · running a (0:00) · elapsed 0:00 · left ≈ 0:30"), lines
+    assert lines[-1].startswith("progress: 3/3 stages done · elapsed"), lines
+    assert any("running b (" in x and "c (" in x for x in lines), lines
 
 
 def test_flow_stage_failure_fails_the_run(toy_repo: Path, prefect_api: str) -> None:

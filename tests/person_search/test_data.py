@@ -86,3 +86,47 @@ def test_light_and_weather_are_visible_and_deterministic():
     for w in ("rain", "fog", "snow"):
         a = apply_conditions(img, "day", w, 3)
         assert not (a == img).all() and (a == apply_conditions(img, "day", w, 3)).all()
+
+
+def test_blind_twins_are_planted_as_declared_and_invisible_to_every_expert():
+    """``blind_twin_share`` of the targets get a distractor differing only in the landmark, which only
+    the full caption mentions: the experts' inputs (cloze slots, facet views) are the same for both."""
+    from paperworks.core.render import PedestrianSpec
+
+    from paperworks.person_search.data import BLIND_ATTRS, ItemSpec, attribute_keys, blind_twin_targets, edit_shares
+    from paperworks.person_search.text import caption, parse_query
+
+    cfg = CorpusConfig(n_train_families=20, family_size=4, n_targets=40, distractor_ratio=5.0, val_fraction=0.3,
+                       drop_scene_prob=0.0, width=16, height=16, blind_twin_share=0.25)
+    c = make_corpus(cfg, seed=11)
+    g = c["gallery"]
+    twins = blind_twin_targets(g)
+    assert len(twins) == 10 and edit_shares(g)["share_queries_with_blind_twin"] == 0.25
+    assert edit_shares(g)["single_edits_by_attribute"]["landmark"] == 10  # the edit weights never edit it
+    train = c["train"].assign(is_target=False)
+    seen = [a for a in ATTRS if a not in BLIND_ATTRS]
+    twin_fams = {f for f, grp in train.groupby("family")
+                 if (grp[seen].iloc[1:] == grp[seen].iloc[0]).all(axis=1).any()}  # the base is each family's first item
+    assert len(twin_fams) == 5
+    # the structured view never mentions the landmark: twins share its key, not the full caption's
+    keys = attribute_keys(g)
+    t = g[g["is_target"] & g["family"].isin(twins)].iloc[0]
+    grp = g[(g["family"] == t["family"]) & ~g["is_target"]]
+    twin = grp[(grp[seen] == t[seen]).all(axis=1)].index[0]
+    assert keys["structured"][twin] == keys["structured"][t.name] and keys["full"][twin] != keys["full"][t.name]
+    # captions: the landmark sentence reaches no slot and no facet view; only the full caption differs
+    person = PedestrianSpec("red", "blue", "cap", "none", "walking", "dog", "park")
+    a, b = (parse_query(caption(person, np.random.default_rng(5), 0.0, "dusk", "rain", lm)) for lm in ("lamp_post", "tree"))
+    assert a.slots == b.slots and {v: a.views[v] for v in a.views if v != "full"} == {v: b.views[v] for v in b.views if v != "full"}
+    assert a.views["full"] != b.views["full"]
+    # the landmark is visible (stage 1 can see it): three different strips at the picture's edge
+    from paperworks.person_search.data import LANDMARKS, paint_landmark
+
+    img = np.full((64, 48, 3), 128, dtype=np.uint8)
+    painted = [paint_landmark(img, lm, 3) for lm in LANDMARKS]
+    for i in range(3):
+        changed = (painted[i] != img).any(-1)
+        assert changed.any() and changed[:, 8:40].sum() == 0  # only the edge strip, not the pedestrian
+        assert all(not np.array_equal(painted[i], painted[j]) for j in range(i))
+    none = make_corpus(CorpusConfig(**dict(cfg.__dict__, blind_twin_share=0.0)), seed=11)
+    assert not blind_twin_targets(none["gallery"])

@@ -1,0 +1,120 @@
+"""Training to a plateau (early stopping on held-out sim families) and the per-seed evidence plumbing."""
+import numpy as np
+import pytest
+import torch
+from dvclive import Live
+
+from paperworks.core.claims import EvidenceParams, live_curve
+from paperworks.person_search.data import CorpusConfig, attribute_keys, make_corpus
+from paperworks.person_search.embed import MINILM_DIM, view_table
+from paperworks.person_search.evaluate import preconditions, query_units, rerank_flips, sum_flips, twin_order
+from paperworks.person_search.experts import ExpertConfig, train_cloze
+from paperworks.person_search.text import VIEWS
+from paperworks.person_search.towers import EarlyStopping, EncoderConfig, eval_points, holdout_families, train_dual_encoder
+
+
+def test_early_stopping_waits_patience_and_restores_the_best_weights():
+    model = torch.nn.Linear(2, 1)
+    stop = EarlyStopping(patience=2, min_rel_delta=0.1)
+    decisions = []
+    for i, loss in enumerate([1.0, 0.5, 0.47, 0.6]):
+        with torch.no_grad():
+            model.bias.fill_(float(i))
+        decisions.append(stop.update(loss, model))
+    # 0.47 is not 10 % better than 0.5: evaluations 3 and 4 do not count, so it stops at the 4th
+    assert decisions == [False, False, False, True]
+    assert stop.best == 0.5 and stop.best_eval == 1
+    stop.restore(model)
+    assert model.bias.item() == 1.0
+    with pytest.raises(FloatingPointError):
+        EarlyStopping(1, 0.0).update(float("nan"), model)
+
+
+def test_eval_points_and_holdout_are_whole_families():
+    assert eval_points(10, 2) == {4, 9} and eval_points(3, 5) == {0, 1, 2} and eval_points(7, 1) == {6}
+    families = np.repeat(np.arange(20), 4)
+    held = holdout_families(families, 0.2, seed=0)
+    assert held.sum() == 16 and all(held[families == f].all() or not held[families == f].any() for f in range(20))
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    cfg = CorpusConfig(n_train_families=10, family_size=3, n_targets=4, distractor_ratio=2.0, val_fraction=0.5,
+                       drop_scene_prob=0.0, width=16, height=16)
+    c = make_corpus(cfg, seed=0)
+    texts, ids, _, _ = view_table(list(c["train"]["caption"]))
+    emb = np.random.default_rng(0).standard_normal((len(texts), MINILM_DIM)).astype(np.float32)
+    return c, ids, emb
+
+
+def test_encoder_stops_when_the_held_out_loss_is_flat_and_logs_it(corpus, tmp_path):
+    c, ids, emb = corpus
+    keys = attribute_keys(c["train"])
+    view_keys = np.stack([keys[v] for v in VIEWS], axis=1)
+    # a learning rate of ~0 keeps the held-out loss flat: training must stop after `patience` more evaluations
+    cfg = EncoderConfig("cnn", embed_dim=8, epochs=50, families_per_batch=2, lr=1e-12, patience=3, min_rel_delta=0.01,
+                        evals_per_epoch=2, holdout_fraction=0.2)
+    with Live(str(tmp_path / "live"), dvcyaml=False, save_dvc_exp=False, report=None) as live:
+        train_dual_encoder(cfg, c["train_images"], c["train"]["family"].to_numpy(), ids, view_keys, emb, seed=1, live=live)
+    val = live_curve(tmp_path / "live/plots/metrics/val/loss.tsv")
+    assert len(val) == 4  # the first evaluation is the best; three more without improvement, then stop
+    assert len(live_curve(tmp_path / "live/plots/metrics/train/loss.tsv")) == 4
+
+
+def test_expert_trains_to_its_cap_while_the_held_out_loss_falls(corpus, tmp_path):
+    c, _, _ = corpus
+    cfg = ExpertConfig(epochs=3, families_per_batch=2, width=8, patience=50, evals_per_epoch=2)
+    with Live(str(tmp_path / "live"), dvcyaml=False, save_dvc_exp=False, report=None) as live:
+        train_cloze(cfg, c["train_images"], c["train"], seed=2, live=live)
+    assert len(live_curve(tmp_path / "live/plots/metrics/val/loss.tsv")) == 6  # 2 evaluations × 3 epochs
+
+
+def test_units_are_queries_inside_training_runs_and_gate_needs_every_run():
+    ap = {0: {"fusion": np.array([1.0, 0.5]), "view_full": np.array([0.5, 0.5])},
+          1: {"fusion": np.array([0.2, 0.0]), "view_full": np.array([0.1, 0.0])}}
+    t = query_units(ap, np.array([7, 9]))
+    assert len(t) == 8 and set(t["cluster"]) == {"seed 0", "seed 1"}
+    assert t[(t["arm"] == "fusion") & (t["cluster"] == "seed 1") & (t["unit"] == "7")]["value"].item() == 0.2
+    ev = EvidenceParams(alpha=0.05, confidence=0.95, bootstrap_resamples=200, convergence_tail=0.2,
+                        convergence_rel_tol=0.05, convergence_min_points=10)
+    flat = [1.0] * 12
+    falling = list(np.linspace(2.0, 1.0, 12))
+    conv, gate = preconditions({"a": flat, "b": flat}, {0: 0.3, 1: 0.5}, ev)
+    assert conv["passed"] and gate["passed"]
+    conv, gate = preconditions({"a": flat, "b": falling}, {0: 0.3, 1: 0.0}, ev)
+    assert not conv["passed"] and not gate["passed"]  # one run's gate never keeps: not tested
+
+
+def test_flips_sum_over_runs():
+    run = {"gated": {"stage1_top1_correct": 4, "flipped_to_wrong": 1, "flip_rate": 0.25, "fixed": 2, "net_top1_gain": 1,
+                     "flipped_among_confident": 0, "confident_and_correct": 3}}
+    other = {"gated": dict(run["gated"], stage1_top1_correct=6, flipped_to_wrong=4, flip_rate=0.6667)}
+    s = sum_flips([run, other])["gated"]
+    assert s["stage1_top1_correct"] == 10 and s["flipped_to_wrong"] == 5 and s["flip_rate"] == 0.5
+
+
+def test_rerank_flips_by_hand():
+    stage1 = np.array([True, True, False, False, False, True])
+    new = {"cloze": np.array([True, False, True, False, True, False])}
+    in_pool = np.array([True, True, True, True, False, True])
+    kept = np.array([False, True, False, False, False, False])
+    top = np.array([True, True, True, False, False, False])
+    twin = np.array([False, True, True, False, False, False])
+    f = rerank_flips(stage1, new, in_pool, kept, top, twin)["cloze"]
+    # flipped: queries 1 and 5; fixed: query 2 only (query 4's target is not in the pool)
+    assert (f["stage1_top1_correct"], f["flipped_to_wrong"], f["fixed"], f["net_top1_gain"]) == (3, 2, 1, -1)
+    assert f["flip_rate"] == round(2 / 3, 4) and f["flipped_among_confident"] == 1 and f["confident_and_correct"] == 1
+    assert (f["top_quartile_queries"], f["top_quartile_stage1_correct"], f["top_quartile_flipped"], f["top_quartile_fixed"]) == (3, 2, 1, 1)
+    assert (f["blind_twin_queries"], f["blind_twin_stage1_correct"], f["blind_twin_flipped"]) == (2, 1, 1)
+
+
+def test_twin_order_by_hand():
+    pool = np.array([[5, 7, 9], [1, 2, 3], [4, 6, 8], [10, 11, 12]])
+    targets = np.array([7, 3, 4, 10])
+    twins = np.array([9, -1, 99, 10 + 2])  # query 1: no twin; query 2: twin not in the pool
+    scores = {"fusion": np.array([[0.0, 3.0, 1.0], [0, 0, 0], [0, 0, 0], [1.0, 0.0, 0.5]]),
+              "cloze": np.array([[0.0, 1.0, 3.0], [0, 0, 0], [0, 0, 0], [1.0, 0.0, 1.0]])}
+    out = twin_order(scores, pool, targets, twins)
+    # pairs: queries 0 and 3; fusion puts the target first in both, cloze in neither (a tie is not "above")
+    assert out["fusion"] == {"pairs_in_pool": 2, "target_above_twin": 2}
+    assert out["cloze"] == {"pairs_in_pool": 2, "target_above_twin": 0}
