@@ -263,7 +263,8 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
     """Submit each stage once the stages it depends on have completed; return stage → final state.
 
     Stages below a failed one are never submitted (rather than submitted with ``wait_for`` and
-    left by Prefect as "NotReady", an ERROR line each): one failure is reported once. After
+    left by Prefect as "NotReady", an ERROR line each): one failure is reported once. At most
+    ``lanes`` stages are submitted at a time (the task runner's workers). After
     every stage, ``report`` (a logging call) gets a progress line: stages done / total, the
     running ones, elapsed time and the time left estimated from ``costs`` on ``lanes``.
     """
@@ -292,7 +293,10 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
             ups = [u for u in dag[stage] if u in wanted]
             if any(u in blocked or (u in states and not states[u].is_completed()) for u in ups):
                 blocked.add(stage)
-            elif all(u in states for u in ups):
+            elif all(u in states for u in ups) and len(running) < lanes:
+                # at most `lanes` stages in flight: a submitted stage is a running one (the progress
+                # line and the estimate rely on that), and the next free lane goes to the stage
+                # first in topological order rather than to whichever the task runner dequeues
                 running[stage_task.submit(stage, str(root), busy_timeout)] = stage
                 started[stage] = time.monotonic()
         show_progress()
@@ -344,7 +348,7 @@ def build_flow(
                 logger.info("%d stages: %s", len(order), ", ".join(order))
                 to_run = stages_to_run(order, dag, stale_stages(root, dvc_busy_timeout))
                 logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
-                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout, lanes=max_parallel,
+                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout, lanes=dask_workers or max_parallel,
                                      costs=recorded_costs(root), report=logger.info)
                 results, failures = [], []
                 for s in order:
@@ -383,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", choices=("smoke", "default", "paper"))
     ap.add_argument("-S", "--set", dest="overrides", action="append", default=[], help="key.path=value")
     ap.add_argument("--experiment", help="save the result as a DVC experiment with this name")
-    ap.add_argument("--max-parallel", type=int, default=2, help="independent stages run at once")
+    ap.add_argument("--max-parallel", type=int, default=2, help="independent stages run at once (with --dask-address: stages handed to the cluster at once)")
     ap.add_argument("--retries", type=int, default=1, help="retries of a transient stage failure (a killed stage)")
     ap.add_argument("--lock-timeout", type=float, help="give up after this many seconds if another run holds the project (default: wait)")
     ap.add_argument("--dask-address", help="run stages on this Dask scheduler (tcp://host:8786)")
