@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import fnmatch
 import json
+import os
 import sys
 import tempfile
 import time
@@ -225,6 +226,29 @@ def make_task_runner(max_parallel: int, dask_address: str | None = None, dask_wo
     return ThreadPoolTaskRunner(max_workers=max_parallel)
 
 
+@contextlib.contextmanager
+def stage_threads(lanes: int, local: bool = True):
+    """Torch threads per stage when ``lanes`` stages share this machine: the cores divided among
+    them (two lanes on two cores: one thread each, instead of two stages with two threads each
+    contending for two cores). A ``PAPERWORKS_THREADS`` set by the user wins; stages on a remote
+    Dask cluster keep their workers' own setting."""
+    if not local or "PAPERWORKS_THREADS" in os.environ:
+        yield
+        return
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, lanes)))
+    saved = {k: os.environ.get(k) for k in ("PAPERWORKS_THREADS", "OMP_NUM_THREADS")}
+    os.environ["PAPERWORKS_THREADS"] = threads
+    os.environ.setdefault("OMP_NUM_THREADS", threads)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def publish_metrics(repo_root: Path) -> None:
     """One table artifact per track's metrics file and one markdown summary of all claims."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -348,8 +372,10 @@ def build_flow(
                 logger.info("%d stages: %s", len(order), ", ".join(order))
                 to_run = stages_to_run(order, dag, stale_stages(root, dvc_busy_timeout))
                 logger.info("%d of them need DVC (stale or below a stale stage)", len(to_run))
-                outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout, lanes=dask_workers or max_parallel,
-                                     costs=recorded_costs(root), report=logger.info)
+                lanes = dask_workers or max_parallel
+                with stage_threads(lanes, local=not dask_address):
+                    outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout, lanes=lanes,
+                                         costs=recorded_costs(root), report=logger.info)
                 results, failures = [], []
                 for s in order:
                     state = outcome.get(s)

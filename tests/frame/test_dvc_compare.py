@@ -109,3 +109,22 @@ def test_dvc_metrics_are_the_tracks_metrics_files_only() -> None:
     declared = [next(iter(m)) if isinstance(m, dict) else m
                 for stage in stages.values() for m in stage.get("metrics", [])]
     assert declared and all(p.startswith("metrics/") for p in declared), [p for p in declared if not p.startswith("metrics/")]
+
+
+def test_training_stages_can_be_restored_from_the_run_cache() -> None:
+    """DVC saves no run-cache entry for a stage with an uncached output that is not declared as a
+    metric or plot (dvc/stage/__init__.py, `no_cache_outs`): such a stage retrains wherever its
+    dvc.lock entry is missing. Every stage that logs with dvclive (a `live` path) must therefore
+    keep its uncached files under `plots:`/`metrics:` only."""
+    from tests.conftest import REPO
+
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    offenders = []
+    for name, stage in stages.items():
+        outs = stage.get("outs", [])
+        paths = [next(iter(o)) if isinstance(o, dict) else o for o in [*outs, *stage.get("plots", [])]]
+        if not any("live" in p for p in paths):
+            continue
+        offenders += [f"{name}: {next(iter(o))}" for o in outs
+                      if isinstance(o, dict) and next(iter(o.values())).get("cache") is False]
+    assert not offenders, offenders

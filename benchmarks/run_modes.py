@@ -1,0 +1,101 @@
+"""Serial `dvc repro` vs the Prefect flow in two one-thread lanes, on the same DAG from nothing.
+
+Each mode runs in a fresh copy of the work tree (tracked files and untracked ones git does not
+ignore: no outputs, an empty DVC cache of its own), switched to ``--profile``, so every stage the
+targets need runs:
+
+- ``serial``: ``dvc repro --glob <targets>``, one stage at a time, torch with as many threads as
+  cores (what ``dvc repro`` does by default);
+- ``parallel``: ``python -m flows.pipeline --targets <targets> --max-parallel 2`` with
+  ``PAPERWORKS_THREADS=1``: two independent stages at a time, one thread each.
+
+DVC decides what runs and writes ``dvc.lock`` in both. The table gives wall time, the stages'
+summed CPU time (``logs/stage_costs.jsonl`` of the copy), the load average before and after, and
+whether the track's metrics file came out byte-identical to the one committed here.
+Rows are appended to ``benchmarks/results/run_modes.txt``. Run it on a quiet machine, one at a time::
+
+    python benchmarks/run_modes.py --targets 'person_search_*' --profile default --modes serial parallel
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from tests.conftest import copy_repo, tool_env  # noqa: E402
+
+RESULTS = ROOT / "benchmarks/results/run_modes.txt"
+HEADER = (f"{'date (UTC)':<17} {'targets':<18} {'profile':<8} {'mode':<9} {'stages':>6} {'wall s':>7} "
+          f"{'stage cpu s':>11} {'load before':>11} {'load after':>10}  metrics = committed")
+
+
+def mode_command(mode: str, targets: str) -> tuple[list[str], dict[str, str]]:
+    env = tool_env()
+    if mode == "serial":
+        env.pop("PAPERWORKS_THREADS", None)
+        env.pop("OMP_NUM_THREADS", None)
+        return [str(Path(sys.executable).parent / "dvc"), "repro", "--glob", targets], env
+    if mode == "parallel":
+        env.update(PAPERWORKS_THREADS="1", OMP_NUM_THREADS="1")
+        return [sys.executable, "-m", "flows.pipeline", "--targets", targets, "--max-parallel", "2"], env
+    raise SystemExit(f"--modes: unknown mode {mode!r}; allowed: serial, parallel")
+
+
+def sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+
+
+def run_mode(mode: str, targets: str, profile: str, metrics_file: str) -> str:
+    cmd, env = mode_command(mode, targets)
+    with tempfile.TemporaryDirectory(prefix=f"run-modes-{mode}-") as tmp:
+        repo = copy_repo(Path(tmp) / "repo", ROOT)
+        subprocess.run([sys.executable, "-m", "paperworks.core.profile", profile], cwd=repo, env=env, check=True,
+                       capture_output=True)
+        load_before = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=repo, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        load_after = os.getloadavg()[0]
+        if proc.returncode != 0:
+            raise SystemExit(f"{mode}: {' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        costs = [json.loads(line) for line in (repo / "logs/stage_costs.jsonl").read_text().splitlines() if line]
+        same = sha256(repo / metrics_file) == sha256(ROOT / metrics_file)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    return (f"{stamp:<17} {targets:<18} {profile:<8} {mode:<9} {len(costs):>6} {wall:>7.0f} "
+            f"{sum(c['cpu_s'] for c in costs):>11.0f} {load_before:>11.2f} {load_after:>10.2f}  "
+            f"{'yes' if same else 'no'} ({metrics_file})")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", required=True, help="a stage glob, e.g. 'person_search_*'")
+    ap.add_argument("--profile", default="default", choices=["smoke", "default", "paper"])
+    ap.add_argument("--modes", nargs="+", default=["serial", "parallel"], choices=["serial", "parallel"])
+    ap.add_argument("--metrics", help="metrics file to compare with the committed one (default: metrics/<track>.json)")
+    args = ap.parse_args()
+    track = args.targets.rstrip("*").rstrip("_")
+    metrics_file = args.metrics or f"metrics/{track}.json"
+    print(f"# {os.cpu_count()} cores; each mode in a fresh copy with an empty DVC cache")
+    print(HEADER, flush=True)
+    for mode in args.modes:
+        row = run_mode(mode, args.targets, args.profile, metrics_file)
+        print(row, flush=True)
+        new = not RESULTS.exists()
+        with RESULTS.open("a") as fh:
+            if new:
+                fh.write(HEADER + "\n")
+            fh.write(row + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
