@@ -69,23 +69,15 @@ class EncoderParams(StrictModel):
 
 
 class AnswererParams(StrictModel):
-    """Question-conditioned attention over frame embeddings → option logits (no tool-use data)."""
+    """Option features read off the queried shape's probe track → a small MLP per question type (no tool-use data)."""
 
-    d_model: int = Field(64, ge=8, le=512)
-    heads: int = Field(4, ge=1, le=16)
-    layers: int = Field(2, ge=1, le=6)
+    hidden: int = Field(16, ge=1, le=256, description="width of each question type's option scorer")
     steps: int = Field(ge=10, le=200_000)
     batch_size: int = Field(64, ge=4, le=1024)
     lr: float = Field(2e-3, gt=0, le=1)
     window_view_share: float = Field(0.5, ge=0, le=1, description="training batches that see a dense clip instead of the uniform frames")
     evidence_clip_share: float = Field(0.5, ge=0, le=1, description="dense clips that contain the question's event (plain clip QA)")
     log_every: int = Field(25, ge=1, le=10_000)
-
-    @model_validator(mode="after")
-    def _heads(self) -> "AnswererParams":
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
-        return self
 
 
 class ScorerParams(StrictModel):
