@@ -1,7 +1,7 @@
 """The three trained models of the track, each read top to bottom with its training loop.
 
 1. **Frame encoder** — ``core.vision.PatchifyEncoder2D`` pre-trained on per-frame truth (which
-   (shape, colour) pairs are on screen, how many objects) through two linear probes, then frozen;
+   (shape, colour) pairs are on screen, how many objects) through two probes, then frozen;
    the probes' probabilities (62 numbers per frame) are what the cache holds.
 2. **Answerer** — reads the queried shape's colour-probability track (and the count probe) over
    the frames it is given and describes each option by a few numbers shared by every shape and
@@ -55,7 +55,8 @@ def _log(live, history: list[dict], row: dict) -> None:
 def _log_interval(live, history: list[dict], step: int, since: list[dict]) -> None:
     """One logged point: each value averaged over the batches since the last point (then cleared), so
     the curve the plateau check reads is the training loss of the interval, not one batch's draw."""
-    _log(live, history, {"step": step, **{k: float(np.mean([r[k] for r in since])) for k in since[0]}})
+    keys = dict.fromkeys(k for r in since for k in r)   # a key measured only at the logged step is its value there
+    _log(live, history, {"step": step, **{k: float(np.mean([r[k] for r in since if k in r])) for k in keys}})
     since.clear()
 
 
@@ -130,22 +131,32 @@ def make_featurizer(ep: EncoderParams) -> FrameFeaturizer:
     return FrameFeaturizer(EncoderPretrainer(make_encoder(ep))).eval()
 
 
+def _probe_loss(model: EncoderPretrainer, frames: torch.Tensor, colour: torch.Tensor, count: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Colour CE (over 11, averaged over shapes) + count CE, and the colour logits."""
+    colour_logits, count_logits = model(frames_to_tensor(frames))
+    return F.cross_entropy(colour_logits.flatten(0, 1), colour.flatten()) + F.cross_entropy(count_logits, count), colour_logits
+
+
 def pretrain_encoder(frames: np.ndarray, pairs: np.ndarray, count: np.ndarray, ep: EncoderParams, seed: int,
-                     live_dir: Path | str | None = None) -> tuple[FrameFeaturizer, list[dict]]:
-    """Each shape's colour (CE over 11, averaged over shapes) + object count (CE) on truth-labelled
-    frames; returns the frozen featurizer (encoder + probes) and the loss curve."""
+                     heldout: tuple[np.ndarray, np.ndarray, np.ndarray], live_dir: Path | str | None = None
+                     ) -> tuple[FrameFeaturizer, list[dict]]:
+    """Each shape's colour + object count (``_probe_loss``) on truth-labelled frames; returns the frozen
+    featurizer (encoder + probes) and the curves. ``heldout`` (frames, pairs, count) come from scenes
+    never trained on: their loss at every logged point is ``heldout_loss``, the curve the plateau check
+    reads — memorising the training scenes is not progress."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = EncoderPretrainer(make_encoder(ep))
     opt = _adamw(model, ep.lr)
     sched = _cosine(opt, ep.steps)
     frames_t, colour_t, count_t = torch.from_numpy(frames), torch.from_numpy(shape_colour_targets(pairs)), torch.from_numpy(count)
+    held = torch.from_numpy(heldout[0]), torch.from_numpy(shape_colour_targets(heldout[1])), torch.from_numpy(heldout[2])
     live, history, since = _live(live_dir), [], []
     model.train()
     for step in tqdm(range(ep.steps), desc="encoder", mininterval=10, disable=ep.steps < 100):
         idx = torch.from_numpy(rng.integers(0, len(frames), size=ep.batch_size))
-        colour_logits, count_logits = model(frames_to_tensor(frames_t[idx]))
-        loss = F.cross_entropy(colour_logits.flatten(0, 1), colour_t[idx].flatten()) + F.cross_entropy(count_logits, count_t[idx])
+        loss, colour_logits = _probe_loss(model, frames_t[idx], colour_t[idx], count_t[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -153,6 +164,14 @@ def pretrain_encoder(frames: np.ndarray, pairs: np.ndarray, count: np.ndarray, e
         with torch.no_grad():
             since.append({"loss": float(loss), "colour_accuracy": float((colour_logits.argmax(-1) == colour_t[idx]).float().mean())})
         if step % ep.log_every == 0 or step == ep.steps - 1:
+            model.eval()
+            total, hits = 0.0, 0.0
+            with torch.no_grad():
+                for i in torch.arange(len(held[0])).split(256):
+                    l, c = _probe_loss(model, held[0][i], held[1][i], held[2][i])
+                    total, hits = total + float(l) * len(i), hits + float((c.argmax(-1) == held[1][i]).float().mean()) * len(i)
+            model.train()
+            since[-1].update(heldout_loss=total / len(held[0]), heldout_colour_accuracy=hits / len(held[0]))
             _log_interval(live, history, step, since)
     if live is not None:
         live.end()

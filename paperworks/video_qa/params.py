@@ -56,6 +56,8 @@ class EncoderParams(StrictModel):
     embed_dim: int = Field(64, ge=8, le=512)
     pretrain_frames: int = Field(ge=64, le=500_000)  # truth-labelled frames …
     pretrain_scenes: int = Field(2000, ge=1, le=100_000)  # … spread over this many scenes of their own
+    heldout_scenes: int = Field(200, ge=1, le=10_000, description=(
+        "more scenes of their own, never trained on (as many frames each): their loss is the curve the plateau check reads"))
     steps: int = Field(ge=10, le=200_000)
     batch_size: int = Field(64, ge=4, le=1024)
     lr: float = Field(2e-3, gt=0, le=1)
