@@ -178,9 +178,9 @@ def test_encoder_curve_reads_scenes_it_never_trained_on():
     wp = WorldParams(n_train_videos=2, n_dev_videos=2, n_test_videos=2, n_frames=120, n_events=6)
     train = frame_targets(Scene(make_video(1, wp), 32, 32), np.arange(0, 120, 3))
     held = frame_targets(Scene(make_video(2, wp), 32, 32), np.arange(0, 120, 5))
-    ep = EncoderParams(pretrain_frames=64, steps=6, batch_size=8, log_every=3)
+    ep = EncoderParams(pretrain_frames=64, steps=10, batch_size=8, log_every=4)
     featurizer, history = pretrain_encoder(*train, ep, seed=0, heldout=held)
-    assert [h["step"] for h in history] == [0, 3, 5]
+    assert [h["step"] for h in history] == [0, 4, 8, 9]
     with torch.no_grad():   # the last point is the final model's loss on the held-out frames, all of them
         direct, _ = _probe_loss(featurizer.model, torch.from_numpy(held[0]), torch.from_numpy(shape_colour_targets(held[1])),
                                 torch.from_numpy(held[2]))
