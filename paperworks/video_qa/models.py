@@ -28,7 +28,7 @@ from tqdm import tqdm
 from paperworks.core.render.scene import COLOURS, SHAPES
 from paperworks.core.vision import EncoderConfig, PatchifyEncoder2D, frames_to_tensor
 from paperworks.video_qa.params import QTYPES, AnswererParams, EncoderParams, ScorerParams
-from paperworks.video_qa.world import COUNTS, MAX_COUNT, N_OPTIONS, N_PAIRS, VOCAB, Question
+from paperworks.video_qa.world import COUNTS, MAX_COUNT, N_OPTIONS, VOCAB, Question
 
 QTYPE_INDEX = {t: i for i, t in enumerate(QTYPES)}
 SHAPE_INDEX = {s: i for i, s in enumerate(SHAPES)}
