@@ -56,6 +56,8 @@ class EncoderParams(StrictModel):
     embed_dim: int = Field(64, ge=8, le=512)
     pretrain_frames: int = Field(ge=64, le=500_000)  # truth-labelled frames …
     pretrain_scenes: int = Field(2000, ge=1, le=100_000)  # … spread over this many scenes of their own
+    heldout_scenes: int = Field(200, ge=1, le=10_000, description=(
+        "more scenes of their own, never trained on (as many frames each): their loss is the curve the plateau check reads"))
     steps: int = Field(ge=10, le=200_000)
     batch_size: int = Field(64, ge=4, le=1024)
     lr: float = Field(2e-3, gt=0, le=1)
@@ -69,23 +71,15 @@ class EncoderParams(StrictModel):
 
 
 class AnswererParams(StrictModel):
-    """Question-conditioned attention over frame embeddings → option logits (no tool-use data)."""
+    """Option features read off the queried shape's probe track → a small MLP per question type (no tool-use data)."""
 
-    d_model: int = Field(64, ge=8, le=512)
-    heads: int = Field(4, ge=1, le=16)
-    layers: int = Field(2, ge=1, le=6)
+    hidden: int = Field(16, ge=1, le=256, description="width of each question type's option scorer")
     steps: int = Field(ge=10, le=200_000)
     batch_size: int = Field(64, ge=4, le=1024)
     lr: float = Field(2e-3, gt=0, le=1)
     window_view_share: float = Field(0.5, ge=0, le=1, description="training batches that see a dense clip instead of the uniform frames")
     evidence_clip_share: float = Field(0.5, ge=0, le=1, description="dense clips that contain the question's event (plain clip QA)")
     log_every: int = Field(25, ge=1, le=10_000)
-
-    @model_validator(mode="after")
-    def _heads(self) -> "AnswererParams":
-        if self.d_model % self.heads:
-            raise ValueError(f"d_model={self.d_model} is not divisible by heads={self.heads}")
-        return self
 
 
 class ScorerParams(StrictModel):

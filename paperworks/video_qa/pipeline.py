@@ -302,11 +302,14 @@ def fit_check_threshold(table: torch.Tensor, video_row: dict[str, int], question
 
     The scorer is trained on balanced (question, frame) pairs, so 0.5 is the boundary under a 50 %
     prior; in a video a local question's evidence is ~0.5 % of the frames, and the check must hold
-    at that base rate. Falls back to ``relevance_threshold`` when unset or never reached.
+    at that base rate. Only questions whose evidence is brief count: a global question's span is
+    the whole video, so its frames would all be "inside" and the precision would say nothing about
+    finding a brief event. Falls back to ``relevance_threshold`` when unset or never reached.
     """
+    n = table.shape[1]
+    questions = [q for q in questions if q.ev_end - q.ev_start < n]
     if pp.check_precision is None or not questions:
         return pp.relevance_threshold, {"fitted": False}
-    n = table.shape[1]
     gidx = uniform_indices(n, pp.global_frames)
     scores, labels = [], []
     for q in questions:
@@ -324,5 +327,5 @@ def fit_check_threshold(table: torch.Tensor, video_row: dict[str, int], question
     if not len(ok):
         return pp.relevance_threshold, {"fitted": False, "max_precision": float(precision[ends].max())}
     threshold = float(ranked[ok.max()])
-    return threshold, {"fitted": True, "frames": int(len(s)), "frames_above": int(ok.max() + 1),
+    return threshold, {"fitted": True, "questions": len(questions), "frames": int(len(s)), "frames_above": int(ok.max() + 1),
                        "base_rate": float(y.mean())}

@@ -39,7 +39,7 @@ CONVERGED = "every trained model converged"
 ORACLE = "oracle window gains on local questions"
 CROP = "cropping costs on global questions"
 SPLITS_GATE = "the gate exits some test questions and routes others"
-CURVES = {"encoder": "plots/video_qa/live_encoder/plots/metrics/loss.tsv",
+CURVES = {"encoder": "plots/video_qa/live_encoder/plots/metrics/heldout_loss.tsv",   # held-out scenes: memorising is not progress
           "answerer": "plots/video_qa/live_answerer/plots/metrics/loss.tsv",
           "scorer": "plots/video_qa/live_scorer/plots/metrics/loss.tsv"}
 

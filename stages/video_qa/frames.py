@@ -33,17 +33,24 @@ def main() -> None:
         ts = np.sort(rng.choice(spec.n_frames, size=min(per_scene, spec.n_frames), replace=False))
         parts.append(frame_targets(Scene(spec, p.world.size, p.world.size), ts))
     frames, pairs, count = (np.concatenate(x)[: p.encoder.pretrain_frames] for x in zip(*parts))
+    held = []
+    for i in range(p.encoder.heldout_scenes):   # scenes never trained on: the curve the plateau check reads
+        spec = make_video(derive_seed(seed, "video_qa", "heldout_scene", i) % 10**8, p.world)
+        held.append(frame_targets(Scene(spec, p.world.size, p.world.size),
+                                  np.sort(rng.choice(spec.n_frames, size=min(per_scene, spec.n_frames), replace=False))))
+    heldout = tuple(np.concatenate(x) for x in zip(*held))
     t1 = time.process_time()
     featurizer, history = pretrain_encoder(frames, pairs, count, p.encoder, derive_seed(seed, "video_qa", "encoder"),
-                                        live_dir=PLOTS / "live_encoder")
+                                           heldout, live_dir=PLOTS / "live_encoder")
     t2 = time.process_time()
     with atomic_path(FRAMES) as tmp:  # the whole cache appears at once, or not at all
         save_model(tmp / "encoder.safetensors", featurizer)
         encode_videos(featurizer, specs, p.world.size, tmp)
     t3 = time.process_time()
-    write_run_log("video_qa_frames", {"truth_frames": len(frames), "render_truth_s": t1 - t0, "pretrain_s": t2 - t1,
+    write_run_log("video_qa_frames", {"truth_frames": len(frames), "heldout_frames": len(heldout[0]), "render_truth_s": t1 - t0, "pretrain_s": t2 - t1,
                                       "encode_all_s": t3 - t2, "frames_encoded": sum(s.n_frames for s in specs.values())})
-    print(f"encoder: loss {history[0]['loss']:.3f} → {history[-1]['loss']:.3f}, colour accuracy {history[-1]['colour_accuracy']:.2f}")
+    print(f"encoder: loss {history[0]['loss']:.3f} → {history[-1]['loss']:.3f}, held-out {history[0]['heldout_loss']:.3f} → "
+          f"{history[-1]['heldout_loss']:.3f}, held-out colour accuracy {history[-1]['heldout_colour_accuracy']:.2f}")
 
 
 if __name__ == "__main__":

@@ -67,6 +67,6 @@ def test_checkpoint_must_fit_the_model(tmp_path):
     save_model(tmp_path / "a.safetensors", Answerer(FEATURE_DIM, ap))
     load_model(tmp_path / "a.safetensors", Answerer(FEATURE_DIM, ap))
     with pytest.raises(ArtifactError, match="does not fit the model"):
-        load_model(tmp_path / "a.safetensors", Answerer(32, ap))
+        load_model(tmp_path / "a.safetensors", Answerer(FEATURE_DIM, ap.model_copy(update={"hidden": 8})))
     with pytest.raises(ArtifactError, match="missing"):
         load_model(tmp_path / "absent.safetensors", Answerer(FEATURE_DIM, ap))

@@ -63,8 +63,9 @@ def test_cross_field_rules():
     s["world"]["size"] = 66
     assert "multiple of 4" in _error(s)
     s = _default()
-    s["answerer"]["heads"] = 5
-    assert "not divisible by heads=5" in _error(s)
+    s["answerer"]["hidden"] = 0
+    msg = _error(s)
+    assert "video_qa.answerer.hidden" in msg and "greater than or equal to 1" in msg
 
 
 def test_typos_and_types_fail():

@@ -141,7 +141,7 @@ def test_run_question_records_every_variant(models):
 
 
 def marker_scorer() -> RelevanceScorer:
-    """Relevance ≈ 0.97 where the frame's first feature is 1, ≈ 0 where it is 0 (hand-set weights)."""
+    """Relevance ≈ 0.97 where the queried shape's first colour has probability 1, ≈ 0 where it is 0 (hand-set weights)."""
     s = RelevanceScorer(FEATURE_DIM, ScorerParams(steps=10))
     with torch.no_grad():
         for layer in (s.net[0], s.net[2], s.net[4]):
@@ -158,8 +158,9 @@ def test_check_threshold_is_fitted_on_dev_frames():
     table = torch.zeros(2, n, FEATURE_DIM, dtype=torch.float16)
     qs = [Question("a", "a-q", "local", "circle", "", ("red", "blue", "green", "white"), 0, 10, 16),
           Question("b", "b-q", "local", "square", "", ("red", "blue", "green", "white"), 0, 50, 56)]
-    table[0, 10:16, 0] = 1.0
-    table[1, 50:56, 0] = 1.0
+    table[0, 10:16, 0] = 1.0    # the circle's first colour (block 0) …
+    table[1, 50:56, 11] = 1.0   # … and the square's (block 1): the scorer reads the queried shape only
+    table[1, 0:6, 0] = 1.0      # the circle in video b: not asked about, so not relevant
     pp = PipelineParams(global_frames=8, window_frames=6, check_precision=0.5)
     threshold, fit = fit_check_threshold(table, {"a": 0, "b": 1}, qs, marker_scorer(), pp)
     assert fit["fitted"] and fit["frames_above"] == 12 and 0.9 < threshold < 1.0
@@ -167,3 +168,9 @@ def test_check_threshold_is_fitted_on_dev_frames():
     threshold, fit = fit_check_threshold(table, {"a": 0, "b": 1}, qs, marker_scorer(), pp)
     assert not fit["fitted"] and threshold == pp.relevance_threshold
     assert fit_check_threshold(table, {"a": 0, "b": 1}, qs, marker_scorer(), pp.model_copy(update={"check_precision": None}))[0] == 0.5
+    # a global question's span is the whole video: its frames say nothing about finding brief evidence
+    table[0, 80:100, 0] = 0.0
+    whole = Question("a", "a-g", "global", "circle", "", ("red", "blue", "green", "white"), 0, 0, n)
+    assert fit_check_threshold(table, {"a": 0, "b": 1}, [whole], marker_scorer(), pp) == (pp.relevance_threshold, {"fitted": False})
+    threshold, fit = fit_check_threshold(table, {"a": 0, "b": 1}, [*qs, whole], marker_scorer(), pp)
+    assert fit["fitted"] and fit["questions"] == 2 and fit["frames"] == 2 * n and 0.9 < threshold < 1.0
