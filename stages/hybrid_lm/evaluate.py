@@ -59,7 +59,7 @@ def main() -> None:
         "compute_multiplier_dense_over_hybrid": report.compute_multiplier(runs),
         "summary": report.summary(p, runs, recall),
         "grid": {"variants": p.grid.variants, "seeds": p.grid.seeds, "tokens_per_run": tokens,
-                 "kda_head_capacity": report.kda_capacity(p)},
+                 "kda_head_capacity": report.kda_capacity(p), "recall_chance": 1.0 / p.corpus.n_values},
     })
     for c in claims:
         print(f"{c['id']}: {c['verdict']}")

@@ -28,6 +28,7 @@ def test_smoke_pipeline_through_dvc(smoke_repo):
     assert claims["qb_vs_aux_maxvio"]["units"]["unit"] == "step"
     assert set(metrics["comparison_costs"]["hybrid_vs_dense_loss"]) >= {"basis", "hybrid", "dense", "flops_ratio"}
     assert {"dense", "hybrid", "moe_aux", "moe_qb"} == set(metrics["summary"])
+    assert metrics["grid"]["recall_chance"] == pytest.approx(1 / 24)   # smoke corpus: 24 values (the page states it)
     for name in ("loss_curves.png", "recall_vs_context.png", "expert_load.png", "decode_cost.png",
                  "curves.csv", "recall.csv", "expert_load.csv", "decode_cost.csv"):
         assert (smoke_repo / "plots/hybrid_lm" / name).stat().st_size > 0, name
