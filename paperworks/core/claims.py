@@ -226,9 +226,13 @@ def plural(noun: str) -> str:
 def _units_label(spec: ClaimSpec, n_clusters: int, n_units: int) -> str:
     if spec.cluster is None:
         return f"1 training run × {n_units // (1 if spec.paired else 2)} {plural(spec.unit)}"
-    per = n_units / max(n_clusters, 1) / (1 if spec.paired else 2)
-    inner = f" × {per:g} {plural(spec.unit)}" if per != 1 else ""
-    return f"{n_clusters} {plural(spec.cluster)}{inner}"
+    per_arm = n_units // (1 if spec.paired else 2)
+    per = per_arm / max(n_clusters, 1)
+    if per == 1:
+        return f"{n_clusters} {plural(spec.cluster)}"
+    if per != int(per):  # clusters of unequal size (e.g. videos with 2-4 questions): give the total
+        return f"{n_clusters} {plural(spec.cluster)}, {per_arm} {plural(spec.unit)}"
+    return f"{n_clusters} {plural(spec.cluster)} × {per:g} {plural(spec.unit)}"
 
 
 def measure_claim(spec: ClaimSpec, table: pd.DataFrame, preconditions: Sequence[dict], ev: EvidenceParams,

@@ -250,3 +250,13 @@ def test_unit_labels_are_plural_english() -> None:
     from paperworks.core.claims import plural
 
     assert [plural(w) for w in ("query", "seed", "day", "teacher")] == ["queries", "seeds", "days", "teachers"]
+
+
+def test_units_label_of_unequal_clusters_gives_the_total() -> None:
+    """Videos with 2 or 3 questions each: the label names both counts instead of a fractional per-cluster size."""
+    rows = [{"arm": arm, "cluster": f"v{v}", "unit": f"v{v}-q{q}", "value": float((v + q) % 2)}
+            for v in range(6) for q in range(2 + v % 2) for arm in ("gate", "global")]
+    spec = ClaimSpec(id="gate_vs_global", statement="gate beats global", table="acc", metric="accuracy",
+                     method="gate", baseline="global", unit="question", cluster="video", role="headline")
+    record = evaluate_claims([spec], {"acc": pd.DataFrame(rows)}, [], EV, seed=3, track="toy")[0]
+    assert record["units"]["label"] == "6 videos, 15 questions"

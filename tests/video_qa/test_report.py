@@ -65,6 +65,9 @@ def test_claims_tables_and_preconditions():
     e = report.evaluate(synthetic_results(3), P, seed=1)
     units = report.question_units(e)["accuracy"]
     assert set(units["arm"]) == set(report.POLICIES) and len(units) == len(report.POLICIES) * len(e.test.qid)
+    # questions are nested in their video: the cluster of every row is the video the question asks about
+    assert (units.groupby("unit")["cluster"].nunique() == 1).all()
+    assert units["cluster"].nunique() == len(set(e.test.video)) < units["unit"].nunique()
     flat = list(np.linspace(1.0, 0.5, 30)) + [0.5] * 30
     pre = {p["name"]: p for p in report.preconditions(e, P, {"encoder": flat, "answerer": flat, "scorer": flat}, EvidenceParams())}
     assert pre[report.CONVERGED]["passed"]
@@ -74,4 +77,4 @@ def test_claims_tables_and_preconditions():
     pre = {p["name"]: p for p in report.preconditions(e, P, {"encoder": flat, "answerer": still_falling, "scorer": flat}, EvidenceParams())}
     assert not pre[report.CONVERGED]["passed"] and "answerer loss plateaued" in pre[report.CONVERGED]["detail"]
     specs = report.claim_specs(P)
-    assert sum(s.role == "headline" for s in specs) == 3 and all(s.cluster is None for s in specs)
+    assert sum(s.role == "headline" for s in specs) == 3 and all(s.cluster == "video" for s in specs)
