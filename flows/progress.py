@@ -99,7 +99,9 @@ def progress_line(done: int, total: int, running: Mapping[str, float], elapsed: 
     parts.append(f"elapsed {clock_text(elapsed)}")
     if left is not None:
         seconds, unknown = left
-        bound = "≥ " if unknown else "≈ "
         note = f" ({unknown} stage{'s' if unknown != 1 else ''} without a recorded cost)" if unknown else ""
-        parts.append(f"left {bound}{clock_text(seconds)}{note}")
+        if unknown and seconds == 0:  # nothing known to add up: a bound of 0:00 would read as "done"
+            parts.append(f"left unknown{note}")
+        else:
+            parts.append(f"left {'≥ ' if unknown else '≈ '}{clock_text(seconds)}{note}")
     return " · ".join(parts)

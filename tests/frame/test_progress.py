@@ -72,6 +72,8 @@ def test_estimate_left_counts_stages_without_a_record() -> None:
     assert (left, unknown) == (10.0, 1)
     line = progress_line(0, 2, {}, 0.0, (left, unknown))
     assert "left ≥ 0:10 (1 stage without a recorded cost)" in line
+    # no stage left has a record: no bound at all rather than "≥ 0:00"
+    assert "left unknown (2 stages without a recorded cost)" in progress_line(0, 2, {}, 0.0, (0.0, 2))
 
 
 def test_estimate_left_refuses_a_cycle() -> None:
