@@ -40,9 +40,10 @@ def _fmt(x: Any, signed: bool = False) -> str:
     if isinstance(x, float):
         if not math.isfinite(x):
             return "–"
-        if signed:
-            return f"{x:+.3f}" if abs(x) < 100 else f"{x:+.1f}"
-        return f"{x:.3f}" if abs(x) < 100 else f"{x:.1f}"
+        sign = "+" if signed else ""
+        if abs(x) >= 1e6:  # counted FLOPs and the like: four significant digits, not 13 of them
+            return f"{x:{sign}.4g}"
+        return f"{x:{sign}.3f}" if abs(x) < 100 else f"{x:{sign}.1f}"
     return str(x)
 
 

@@ -263,3 +263,11 @@ def test_committed_claims_meet_the_evidence_standard_and_recompute() -> None:
     for path in sorted((REPO / "metrics").glob("*.json")):
         assert_claims_meet_standard(json.loads(path.read_text()), path.stem, REPO)
 
+
+
+def test_report_numbers_keep_four_significant_digits_when_huge() -> None:
+    """A claim on counted FLOPs (≈ 1e12) reads 9.268e+11 in the tables, not thirteen digits."""
+    from paperworks.core.report import _fmt
+
+    assert _fmt(926849433600.0) == "9.268e+11" and _fmt(-1010329190400.0, signed=True) == "-1.01e+12"
+    assert _fmt(0.1234, signed=True) == "+0.123" and _fmt(123.45) == "123.5" and _fmt(None) == "–"
