@@ -236,17 +236,13 @@ def stage_threads(lanes: int, local: bool = True):
         yield
         return
     threads = str(max(1, (os.cpu_count() or 1) // max(1, lanes)))
-    saved = {k: os.environ.get(k) for k in ("PAPERWORKS_THREADS", "OMP_NUM_THREADS")}
-    os.environ["PAPERWORKS_THREADS"] = threads
-    os.environ.setdefault("OMP_NUM_THREADS", threads)
+    added = [k for k in ("PAPERWORKS_THREADS", "OMP_NUM_THREADS") if k not in os.environ]
+    os.environ.update(dict.fromkeys(added, threads))
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        for key in added:
+            os.environ.pop(key, None)
 
 
 def publish_metrics(repo_root: Path) -> None:
