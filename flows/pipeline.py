@@ -32,7 +32,7 @@ from typing import Any
 
 import flows  # noqa: F401  (project Prefect home, startup timeout, analytics off: before prefect loads)
 from flows.dvc_cli import DvcError, run_dvc
-from flows.progress import BarThrottle, estimate_left, progress_line
+from flows.progress import BarThrottle, critical_path_order, estimate_left, progress_line
 from flows.project_lock import ProjectLockTimeout, project_lock
 
 import yaml
@@ -291,6 +291,8 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
     from prefect.futures import as_completed
 
     wanted = set(to_run)
+    # a free lane takes the ready stage heading the longest chain of recorded costs
+    pick_order = critical_path_order(to_run, dag, costs or {})
     running: dict[Any, str] = {}
     started: dict[str, float] = {}
     states: dict[str, Any] = {}
@@ -302,12 +304,12 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
             return
         now = time.monotonic()
         in_flight = {s: now - started[s] for s in running.values()}
-        pending = [s for s in to_run if s not in states and s not in blocked and s not in in_flight]
+        pending = [s for s in pick_order if s not in states and s not in blocked and s not in in_flight]
         left = estimate_left(pending, in_flight, dag, costs or {}, lanes) if costs is not None else None
         report("progress: " + progress_line(len(states), len(to_run), in_flight, now - t0, left))
 
     while True:
-        for stage in to_run:
+        for stage in pick_order:
             if stage in states or stage in blocked or stage in running.values():
                 continue
             ups = [u for u in dag[stage] if u in wanted]
@@ -315,8 +317,8 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
                 blocked.add(stage)
             elif all(u in states for u in ups) and len(running) < lanes:
                 # at most `lanes` stages in flight: a submitted stage is a running one (the progress
-                # line and the estimate rely on that), and the next free lane goes to the stage
-                # first in topological order rather than to whichever the task runner dequeues
+                # line and the estimate rely on that), and the next free lane goes to the ready stage
+                # first in pick_order rather than to whichever the task runner dequeues
                 running[stage_task.submit(stage, str(root), busy_timeout)] = stage
                 started[stage] = time.monotonic()
         show_progress()

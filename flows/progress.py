@@ -49,11 +49,36 @@ class BarThrottle:
         return False
 
 
+def critical_path_order(stages: Sequence[str], dag: Mapping[str, Sequence[str]],
+                        cost: Mapping[str, float]) -> list[str]:
+    """``stages`` (topological order) sorted by the longest recorded-cost path from each to the end.
+
+    List scheduling on parallel lanes finishes soonest when a free lane takes the ready stage that
+    heads the longest remaining chain (its own cost plus its longest chain of downstream stages
+    among ``stages``), not whichever comes first in the file: started last, a long training
+    stage leaves the other lane idle at the end. ``dag`` maps a stage to its upstream stages; a
+    stage without a recorded cost counts as 0 s. Ties keep the topological order, so without
+    costs the order is unchanged.
+    """
+    wanted = set(stages)
+    downstream: dict[str, list[str]] = {s: [] for s in stages}
+    for s in stages:
+        for u in dag.get(s, ()):
+            if u in wanted:
+                downstream[u].append(s)
+    chain: dict[str, float] = {}
+    for s in reversed(stages):  # every downstream stage comes later in topological order
+        chain[s] = cost.get(s, 0.0) + max((chain[d] for d in downstream[s]), default=0.0)
+    position = {s: i for i, s in enumerate(stages)}
+    return sorted(stages, key=lambda s: (-chain[s], position[s]))
+
+
 def estimate_left(pending: Sequence[str], running: Mapping[str, float], dag: Mapping[str, Sequence[str]],
                   cost: Mapping[str, float], lanes: int) -> tuple[float, int]:
     """Seconds until the last of ``pending`` finishes if stages take their recorded wall time.
 
-    ``pending`` is in topological order; ``running`` maps each running stage to the seconds it has
+    ``pending`` is in the order a free lane picks from (topological, or :func:`critical_path_order`);
+    ``running`` maps each running stage to the seconds it has
     run. The stages are list-scheduled on ``lanes`` (the flow's parallelism): a stage starts once
     its upstream stages are done and a lane is free. A stage without a recorded cost counts as
     0 s, so with any of them (the second return value) the estimate is a lower bound; a running

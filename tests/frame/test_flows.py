@@ -132,6 +132,27 @@ def test_run_reports_progress_with_an_estimate_from_recorded_costs(prefect_api: 
     assert any("running b (" in x and "c (" in x for x in lines), lines
 
 
+def test_a_free_lane_takes_the_stage_heading_the_longest_recorded_chain(prefect_api: str) -> None:
+    from prefect import flow, task
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    started: list[str] = []
+
+    @task
+    def fake_stage(stage: str, root: str, busy_timeout: float) -> dict:
+        started.append(stage)
+        return {"stage": stage, "status": "ran"}
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=1))
+    def one_lane() -> dict:
+        return run_stages(fake_stage, ["a", "b", "long", "after_a"], {"a": [], "b": [], "long": [], "after_a": ["a"]},
+                          Path("."), 1.0, lanes=1, costs={"a": 10.0, "b": 30.0, "long": 60.0, "after_a": 45.0})
+
+    one_lane()
+    # chains: a → after_a = 55 s, long = 60 s, b = 30 s
+    assert started == ["long", "a", "after_a", "b"]
+
+
 def test_flow_stage_failure_fails_the_run(toy_repo: Path, prefect_api: str) -> None:
     (toy_repo / "dvc.yaml").write_text(TOY_DVC_YAML.replace("str(p['toy']['n'])", "str(1/0)"))
     flow = build_flow(max_parallel=2, retries=0, repo_root=toy_repo)

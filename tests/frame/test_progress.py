@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from flows.progress import BarThrottle, clock_text, estimate_left, progress_line
+from flows.progress import BarThrottle, clock_text, critical_path_order, estimate_left, progress_line
 
 
 class FakeClock:
@@ -87,3 +87,25 @@ def test_progress_line() -> None:
                     "elapsed 4:10 · left ≈ 12:30")
     assert clock_text(3725) == "1:02:05"
     assert progress_line(0, 1, {}, 0.0, None) == "0/1 stages done · elapsed 0:00"
+
+
+def test_critical_path_order_puts_the_longest_chain_first_and_stays_topological() -> None:
+    # world → 3 trainings → evaluate; the 400-s training last in the file
+    dag = {"world": [], "train_a": ["world"], "train_b": ["world"], "train_long": ["world"],
+           "evaluate": ["train_a", "train_b", "train_long"], "page": []}
+    topo = ["world", "train_a", "train_b", "train_long", "evaluate", "page"]
+    cost = {"world": 5, "train_a": 100, "train_b": 100, "train_long": 400, "evaluate": 3, "page": 1}
+    order = critical_path_order(topo, dag, cost)
+    assert order == ["world", "train_long", "train_a", "train_b", "evaluate", "page"]
+    # without recorded costs the file's order is kept
+    assert critical_path_order(topo, dag, {}) == topo
+    # an uncosted stage inherits the chain below it: its upstream still comes first
+    assert critical_path_order(["a", "b"], {"a": [], "b": ["a"]}, {"b": 50}) == ["a", "b"]
+
+
+def test_longest_first_shortens_the_estimated_run_on_two_lanes() -> None:
+    dag = {"a": [], "b": [], "c": [], "long": []}
+    cost = {"a": 100, "b": 100, "c": 100, "long": 300}
+    in_file_order, _ = estimate_left(["a", "b", "c", "long"], {}, dag, cost, lanes=2)
+    longest_first, _ = estimate_left(critical_path_order(["a", "b", "c", "long"], dag, cost), {}, dag, cost, lanes=2)
+    assert (in_file_order, longest_first) == (400, 300)  # a|b, then c|long  vs  long|a,b,c
