@@ -65,6 +65,24 @@ def read_dag(repo_root: str | Path = ".") -> dict[str, list[str]]:
         }
 
 
+def stages_that_run_alone(repo_root: str | Path = ".") -> set[str]:
+    """Stages whose ``meta: {runs_alone: true}`` in ``dvc.yaml`` says they measure time.
+
+    A stage whose result is a latency or a throughput (decode time per token, queries per second)
+    measures the other lane's work too if it runs beside another stage; the flow starts such a
+    stage only when no other stage runs and starts nothing beside it. ``dvc repro`` runs one stage
+    at a time anyway.
+    """
+    from dvc.repo import Repo
+    from dvc.stage import PipelineStage
+
+    with contextlib.chdir(repo_root), Repo(".") as repo:
+        return {
+            stage.addressing for stage in repo.index.stages
+            if isinstance(stage, PipelineStage) and (stage.meta or {}).get("runs_alone") is True
+        }
+
+
 def select_stages(dag: dict[str, list[str]], targets: list[str] | None) -> list[str]:
     """Stages matching ``targets`` (names or globs) plus everything upstream, in topological order."""
     if targets:
@@ -279,12 +297,14 @@ def recorded_costs(root: Path) -> dict[str, float]:
 
 
 def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: Path, busy_timeout: float,
-               lanes: int = 1, costs: dict[str, float] | None = None, report: Any = None) -> dict[str, Any]:
+               lanes: int = 1, costs: dict[str, float] | None = None, report: Any = None,
+               alone: set[str] | frozenset[str] = frozenset()) -> dict[str, Any]:
     """Submit each stage once the stages it depends on have completed; return stage → final state.
 
     Stages below a failed one are never submitted (rather than submitted with ``wait_for`` and
     left by Prefect as "NotReady", an ERROR line each): one failure is reported once. At most
-    ``lanes`` stages are submitted at a time (the task runner's workers). After
+    ``lanes`` stages are submitted at a time (the task runner's workers); a stage in ``alone`` (it
+    measures time) starts only when no other stage runs, and nothing starts beside it. After
     every stage, ``report`` (a logging call) gets a progress line: stages done / total, the
     running ones, elapsed time and the time left estimated from ``costs`` on ``lanes``.
     """
@@ -315,7 +335,8 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
             ups = [u for u in dag[stage] if u in wanted]
             if any(u in blocked or (u in states and not states[u].is_completed()) for u in ups):
                 blocked.add(stage)
-            elif all(u in states for u in ups) and len(running) < lanes:
+            elif (all(u in states for u in ups) and len(running) < lanes
+                  and not (running and (stage in alone or alone.intersection(running.values())))):
                 # at most `lanes` stages in flight: a submitted stage is a running one (the progress
                 # line and the estimate rely on that), and the next free lane goes to the ready stage
                 # first in pick_order rather than to whichever the task runner dequeues
@@ -373,7 +394,8 @@ def build_flow(
                 lanes = dask_workers or max_parallel
                 with stage_threads(lanes, local=not dask_address):
                     outcome = run_stages(stage_task, to_run, dag, root, dvc_busy_timeout, lanes=lanes,
-                                         costs=recorded_costs(root), report=logger.info)
+                                         costs=recorded_costs(root), report=logger.info,
+                                         alone=stages_that_run_alone(root))
                 results, failures = [], []
                 for s in order:
                     state = outcome.get(s)

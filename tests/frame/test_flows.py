@@ -153,6 +153,55 @@ def test_a_free_lane_takes_the_stage_heading_the_longest_recorded_chain(prefect_
     assert started == ["long", "a", "after_a", "b"]
 
 
+def test_a_stage_that_measures_time_runs_with_no_other_stage_beside_it(prefect_api: str) -> None:
+    import threading
+    import time as _time
+
+    from prefect import flow, task
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    events: list[tuple[str, str]] = []
+    guard = threading.Lock()
+
+    @task
+    def fake_stage(stage: str, root: str, busy_timeout: float) -> dict:
+        with guard:
+            events.append(("start", stage))
+        _time.sleep(0.3)
+        with guard:
+            events.append(("end", stage))
+        return {"stage": stage, "status": "ran"}
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=2))
+    def two_lanes() -> dict:
+        return run_stages(fake_stage, ["a", "timed", "b", "c"], {"a": [], "timed": [], "b": [], "c": []},
+                          Path("."), 1.0, lanes=2, alone={"timed"})
+
+    states = two_lanes()
+    assert all(st.is_completed() for st in states.values())
+    running: set[str] = set()
+    for kind, stage in events:
+        if kind == "start":
+            assert not running or ("timed" not in running and stage != "timed"), (stage, running, events)
+            running.add(stage)
+        else:
+            running.discard(stage)
+    # the other three still share the two lanes
+    starts = [s for k, s in events if k == "start"]
+    assert max(sum(1 for k, s in events[:i + 1] if k == "start") - sum(1 for k, s in events[:i + 1] if k == "end")
+               for i in range(len(events))) == 2, events
+    assert sorted(starts) == ["a", "b", "c", "timed"]
+
+
+def test_runs_alone_is_read_from_the_stage_meta_in_dvc_yaml(toy_repo: Path) -> None:
+    from flows.pipeline import stages_that_run_alone
+
+    text = (toy_repo / "dvc.yaml").read_text()
+    assert stages_that_run_alone(toy_repo) == set()
+    (toy_repo / "dvc.yaml").write_text(text.replace("  a_gen:\n", "  a_gen:\n    meta: {runs_alone: true}\n", 1))
+    assert stages_that_run_alone(toy_repo) == {"a_gen"}
+
+
 def test_flow_stage_failure_fails_the_run(toy_repo: Path, prefect_api: str) -> None:
     (toy_repo / "dvc.yaml").write_text(TOY_DVC_YAML.replace("str(p['toy']['n'])", "str(1/0)"))
     flow = build_flow(max_parallel=2, retries=0, repo_root=toy_repo)
