@@ -90,7 +90,8 @@ class DecodeParams(StrictModel):
     variants: list[str] = Field(["dense", "hybrid"], min_length=1)
     contexts: list[int] = Field([256, 1024, 4096], min_length=1)
     batch: int = Field(4, ge=1)
-    steps: int = Field(16, ge=1, description="timed decode steps per context")
+    steps: int = Field(16, ge=1, description="timed decode steps per context, per repeat")
+    repeats: int = Field(7, ge=1, description="timed blocks of `steps` per context; the median block is reported")
 
 
 class ClaimParams(StrictModel):

@@ -68,9 +68,13 @@ def routing_and_norms(model, tokens: np.ndarray, batch: int = 16) -> dict:
 
 
 @torch.no_grad()
-def decode_cost(cfg, contexts: list[int], batch: int, steps: int, seed: int) -> list[dict]:
+def decode_cost(cfg, contexts: list[int], batch: int, steps: int, seed: int, repeats: int = 1) -> list[dict]:
     """CPU ms per decoded token (whole model, one token per row) after prefilling ``context``
-    tokens, and the decoding cache's MiB. Weights are random: cost does not depend on them."""
+    tokens, and the decoding cache's MiB. Weights are random: cost does not depend on them.
+
+    Each context times ``repeats`` blocks of ``steps`` steps and reports the median block: one
+    block of 16 steps (~0.1 s) moved by 2× between runs on a 2-core machine with other work on it.
+    """
     model = build_hybrid_lm(cfg, seed=seed).eval()
     gen = torch.Generator().manual_seed(seed)
     rows = []
@@ -79,10 +83,12 @@ def decode_cost(cfg, contexts: list[int], batch: int, steps: int, seed: int) -> 
         logits, caches = model.prefill(prompt)
         token = logits.argmax(-1)
         logits, caches = model.step(token, caches)   # warm-up (allocator, dispatch)
-        t0 = time.process_time()
-        for _ in range(steps):
-            logits, caches = model.step(logits.argmax(-1), caches)
-        ms = 1000 * (time.process_time() - t0) / steps
-        rows.append({"context": c, "ms_per_token_step": ms, "cache_mib": model.cache_bytes(caches) / 2**20,
-                     "batch": batch})
+        blocks = []
+        for _ in range(repeats):
+            t0 = time.process_time()
+            for _ in range(steps):
+                logits, caches = model.step(logits.argmax(-1), caches)
+            blocks.append(1000 * (time.process_time() - t0) / steps)
+        rows.append({"context": c, "ms_per_token_step": float(np.median(blocks)), "repeats": repeats,
+                     "cache_mib": model.cache_bytes(caches) / 2**20, "batch": batch})
     return rows

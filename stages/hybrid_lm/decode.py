@@ -18,7 +18,8 @@ def main() -> None:
     seed = derive_seed(global_seed(read_params_file()), "hybrid_lm", "decode")
     rows = []
     for v in p.decode.variants:
-        for r in probe.decode_cost(p.model_config_for(v), p.decode.contexts, p.decode.batch, p.decode.steps, seed):
+        for r in probe.decode_cost(p.model_config_for(v), p.decode.contexts, p.decode.batch, p.decode.steps, seed,
+                                   repeats=p.decode.repeats):
             rows.append({"variant": v, **r})
             print(f"{v} context {r['context']}: {r['ms_per_token_step']:.2f} ms/step, cache {r['cache_mib']:.3f} MiB")
     df = pd.DataFrame(rows)
