@@ -161,7 +161,9 @@ def tool_loss(model: ToolHeads, s: ToolSet, comp_idx: np.ndarray, img_idx: np.nd
     real = shape >= 0  # a component that matched no object (noise blob) teaches nothing here
     loss = nn.functional.cross_entropy(model.shape(h)[real], shape[real]) + nn.functional.cross_entropy(model.colour(h)[real], colour[real])
     pred_noise = model.noise(torch.from_numpy(s.image_features[img_idx])).squeeze(1)
-    return loss + nn.functional.mse_loss(pred_noise, torch.from_numpy(s.noise[img_idx]) / noise_max)
+    # ×100: a 1-pixel error of the noise std must weigh as much as a misread component, or Adam leaves the
+    # quality verdict blurred around its threshold.
+    return loss + 100.0 * nn.functional.mse_loss(pred_noise, torch.from_numpy(s.noise[img_idx]) / noise_max)
 
 
 def train_tools(p: ToolParams, train: ToolSet, heldout: ToolSet, noise_max: float, seed: int, live=None) -> tuple[ToolHeads, list[dict]]:
