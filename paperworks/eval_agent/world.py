@@ -142,16 +142,16 @@ def _edit(g: Generator, dim: str, prompt: ScenePrompt, rng: np.random.Generator)
     items = [it.model_copy() for it in prompt.items]
     relations = list(prompt.relations)
     n = len(items)
-    if n >= 2 and rng.random() < min(0.95, g.colour_swap * (n - 1)):
+    if n >= 2 and rng.random() < min(1.0, g.colour_swap * (n - 1)):
         i, j = rng.choice(n, size=2, replace=False)
         items[i], items[j] = (items[i].model_copy(update={"colour": items[j].colour}),
                               items[j].model_copy(update={"colour": items[i].colour}))
-    if dim == "count" and rng.random() < min(0.95, g.count_base + g.count_slope * (items[0].count - 1)):
+    if dim == "count" and rng.random() < min(1.0, g.count_base + g.count_slope * (items[0].count - 1)):
         c = items[0].count
         items[0] = items[0].model_copy(update={"count": c + 1 if c == 1 or rng.random() < 0.5 else c - 1})
     for r_i, r in enumerate(relations):
         factor = g.vertical_factor if r.relation in ("above", "below") else 1.0
-        if rng.random() < min(0.95, g.relation_flip * factor):
+        if rng.random() < min(1.0, g.relation_flip * factor):
             relations[r_i] = r.model_copy(update={"relation": FLIP[r.relation]})
     keep = [k for k in range(n) if not (n >= 2 and rng.random() < min(0.9, g.omission * n / 3))]
     if not keep:
