@@ -154,3 +154,27 @@ def plot_frame(df: pd.DataFrame) -> pd.DataFrame:
     d = df[df["role"] == "in_family"]
     g = d.groupby(["arm", "dim"]).agg(exact=("exact", "mean"), within_one=("within_one", "mean"), samples=("n", "mean")).reset_index()
     return g.round(4)
+
+
+def plot_agreement(frame: pd.DataFrame, path) -> None:
+    """Grouped bars: exact level agreement per dimension for each arm (in-family sessions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = sorted(frame["dim"].unique())
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    width = 0.8 / len(ARMS)
+    for i, arm in enumerate(ARMS):
+        a = frame[frame["arm"] == arm].set_index("dim").reindex(dims)
+        label = f"{arm} ({a['samples'].mean():.0f} samples)"
+        ax.bar(np.arange(len(dims)) + (i - (len(ARMS) - 1) / 2) * width, a["exact"].to_numpy(), width, label=label)
+    ax.set_xticks(np.arange(len(dims)), dims)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("exact level agreement")
+    ax.set_title("eval_agent: level agreement with the full benchmark (in-family sessions)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)

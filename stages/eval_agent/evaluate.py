@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
-from paperworks.core.io import read_json, write_json, write_text
+from paperworks.core.io import atomic_path, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.eval_agent import report
@@ -27,7 +27,10 @@ def main() -> None:
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
     claims = evaluate_claims(report.claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
     write_unit_tables("eval_agent", units)
-    write_text(PLOTS / "agreement.csv", report.plot_frame(sessions).to_csv(index=False, float_format="%.6g"))
+    frame = report.plot_frame(sessions)
+    write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
+    with atomic_path(PLOTS / "agreement.png") as tmp:
+        report.plot_agreement(frame, tmp)
     write_json(PLOTS / "example_sessions.json", {"sessions": examples})
     write_json(METRICS, {
         "profile": raw.get("profile"),

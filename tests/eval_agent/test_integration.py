@@ -3,6 +3,7 @@ import json
 
 import pandas as pd
 import pytest
+from PIL import Image
 
 from tests.conftest import assert_claims_meet_standard, dvc
 
@@ -32,5 +33,7 @@ def test_smoke_pipeline(smoke_repo):
     examples = json.loads((smoke_repo / "plots/eval_agent/example_sessions.json").read_text())["sessions"]
     assert examples and all(e["rounds"] and e["samples"] == e["rounds"][-1]["n"] for e in examples)
     assert all(e["stop"] in ("interval inside one level", "cap", "pool exhausted") for e in examples)
+    img = Image.open(smoke_repo / "plots/eval_agent/agreement.png")
+    assert img.format == "PNG" and img.size[0] > 300
     out = dvc(smoke_repo, "repro", "--glob", "eval_agent_*").stdout  # a second repro has nothing to do
     assert "didn't change" in out or "up to date" in out.lower()
