@@ -1,0 +1,56 @@
+"""Paths and schemas of the track's artifacts, checked on the way in."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from paperworks.core.io import ArtifactError, read_json, read_parquet
+from paperworks.core.render.scene import ScenePrompt
+from paperworks.eval_agent.world import BenchPrompt, Generator
+
+DATA = Path("data/eval_agent")
+MODELS = Path("models/eval_agent")
+PLOTS = Path("plots/eval_agent")
+ZOO = DATA / "zoo"
+TOOLS = DATA / "tools"
+BENCH = DATA / "bench"
+TOOL_WEIGHTS = MODELS / "tools.safetensors"
+LIVE_TOOLS = PLOTS / "live_tools"
+
+PROMPT_SCHEMA = pa.schema([("dim", pa.string()), ("index", pa.int64()), ("stratum", pa.int64()),
+                           ("prompt", pa.string()), ("text", pa.string())])
+OUTCOME_SCHEMA = pa.schema([("model", pa.string()), ("family", pa.string()), ("role", pa.string()), ("run", pa.string()),
+                            ("dim", pa.string()), ("prompt", pa.int64()), ("stratum", pa.int64()), ("sample", pa.int64()),
+                            ("tool", pa.int8()), ("truth", pa.int8())])
+
+
+def prompts_frame(prompts: list[BenchPrompt]) -> pd.DataFrame:
+    return pd.DataFrame([{"dim": b.dim, "index": b.index, "stratum": b.stratum, "prompt": b.prompt.model_dump_json(),
+                          "text": b.prompt.text()} for b in prompts], columns=PROMPT_SCHEMA.names)
+
+
+def read_zoo(root: Path = ZOO) -> tuple[list[Generator], list[BenchPrompt]]:
+    """Generators and prompts; a record that does not parse is an ``ArtifactError`` naming the file."""
+    raw = read_json(root / "generators.json")
+    try:
+        zoo = [Generator(**g) for g in raw["generators"]]
+    except (KeyError, TypeError) as e:
+        raise ArtifactError(f"{root / 'generators.json'}: not a generator list ({e})") from None
+    df = read_parquet(root / "prompts.parquet", PROMPT_SCHEMA)
+    prompts = []
+    for r in df.itertuples(index=False):
+        try:
+            prompts.append(BenchPrompt(r.dim, int(r.index), int(r.stratum), ScenePrompt.model_validate_json(r.prompt)))
+        except ValueError as e:
+            raise ArtifactError(f"{root / 'prompts.parquet'}: prompt {r.dim}/{r.index} does not validate ({e})") from None
+    return zoo, prompts
+
+
+def read_outcomes(root: Path = BENCH) -> pd.DataFrame:
+    df = read_parquet(root / "outcomes.parquet", OUTCOME_SCHEMA)
+    bad = ~df["tool"].isin([0, 1]) | ~df["truth"].isin([0, 1])
+    if bad.any():
+        raise ArtifactError(f"{root / 'outcomes.parquet'}: {int(bad.sum())} verdicts are not 0/1")
+    return df

@@ -1,0 +1,72 @@
+"""Typed ``params.yaml:eval_agent`` section (validated before any stage does work)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from paperworks.core.params import StrictModel
+
+Dim = Literal["colour", "presence", "count", "spatial", "quality"]
+DIMS: tuple[str, ...] = ("colour", "presence", "count", "spatial", "quality")
+
+
+class ZooParams(StrictModel):
+    """The generator zoo and the benchmark's prompt pools (T2I-CompBench-like, one pool per dimension)."""
+
+    n_per_family: int = Field(4, ge=1, le=50, description="in-family generators of each known family (A flat, B textured)")
+    n_held_out: int = Field(2, ge=1, le=50, description="generators of the held-out family C (flat + shading)")
+    n_population: int = Field(30, ge=5, le=1000, description="extra A/B generators that only build the five-level reference tables")
+    dims: list[Dim] = Field(default_factory=lambda: list(DIMS), min_length=1)
+    prompts_per_dim: int = Field(100, ge=4, le=5000)
+    samples_per_prompt: int = Field(4, ge=1, le=20)
+    image_size: Literal[64] = 64
+    noise_max: float = Field(28.0, gt=0, le=80, description="largest per-pixel noise std a generator draws (pixel units)")
+    quality_threshold: float = Field(12.0, gt=0, le=80, description="a sample passes 'quality' when its noise std is below this")
+
+
+class ToolParams(StrictModel):
+    """Component heads (shape, colour) and the noise meter, fitted on renders of families A and B with renderer truth."""
+
+    n_train: int = Field(ge=16, le=500_000, description="labelled training renders (A and B population generators)")
+    n_heldout: int = Field(ge=32, le=100_000, description="renders per family never trained on: the plateau curve and the per-family accuracy")
+    hidden: int = Field(128, ge=8, le=2048, description="width of the shape/colour MLP")
+    steps: int = Field(ge=10, le=200_000)
+    batch_size: int = Field(64, ge=4, le=1024)
+    lr: float = Field(2e-3, gt=0, le=1)
+    log_every: int = Field(25, ge=1, le=10_000)
+
+
+class AgentParams(StrictModel):
+    """The scripted planner's session: batches of samples until the interval sits inside one level."""
+
+    batch_size: int = Field(8, ge=1, le=200, description="samples per round")
+    max_rounds: int = Field(10, ge=1, le=100)
+    confidence: float = Field(0.9, gt=0.5, lt=1, description="family confidence of the stopping interval (Bonferroni over the rounds)")
+    allocation: Literal["neyman", "proportional"] = Field("neyman", description=(
+        "how a round's samples spread over the dimension's sub-aspects after the first round"))
+    repeats: int = Field(5, ge=1, le=100, description="sessions per (model, dimension)")
+
+
+class ClaimsParams(StrictModel):
+    within_one_margin: float = Field(0.10, gt=0, le=1, description="non-inferiority margin of the agent vs a full-benchmark rerun (within-one agreement)")
+    min_tool_accuracy: float = Field(0.95, gt=0, le=1, description="tool verdict vs renderer truth, per known family and dimension")
+    min_rel_improvement: float = Field(0.2, ge=0, le=1, description="the tool's held-out loss must leave its start by this much")
+
+
+class Params(StrictModel):
+    zoo: ZooParams = ZooParams()
+    tools: ToolParams
+    agent: AgentParams = AgentParams()
+    claims: ClaimsParams = ClaimsParams()
+
+    @model_validator(mode="after")
+    def _fits(self) -> "Params":
+        cap = self.agent.batch_size * self.agent.max_rounds
+        pool = self.zoo.prompts_per_dim * self.zoo.samples_per_prompt
+        if cap > pool:
+            raise ValueError(f"agent.batch_size × agent.max_rounds = {cap} exceeds one dimension's benchmark "
+                             f"(zoo.prompts_per_dim × zoo.samples_per_prompt = {pool}): the agent could need more samples than exist")
+        if len(set(self.zoo.dims)) != len(self.zoo.dims):
+            raise ValueError(f"zoo.dims: items must be distinct (got {self.zoo.dims})")
+        return self

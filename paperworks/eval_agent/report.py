@@ -1,0 +1,180 @@
+"""Sessions of the agent and its controls, per-unit tables, preconditions, claims and the summary.
+
+Unit = one session (model × dimension × repeat); models are the clusters (a model's sessions
+share its profile and its benchmark truth). The truth of a session is the level of the full
+benchmark's run ``a`` (tool verdicts, as a benchmark computes its scores); every arm reads run ``b``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from paperworks.core.claims import ClaimSpec, precondition, unit_table
+from paperworks.core.ranking import spearman
+from paperworks.core.seeding import derive_seed
+from paperworks.eval_agent.agent import Pool, first_n, level_name, level_of, random_subset, reference_edges, run_agent, weakest_aspect
+from paperworks.eval_agent.params import Params
+from paperworks.eval_agent.world import KNOWN_FAMILIES, STRATA
+
+ARMS = ("agent", "random_subset", "first_n", "full_rerun")
+CURVE = "plots/eval_agent/live_tools/plots/metrics/heldout_loss.tsv"
+TOOLS_OK = "tools read the known families' benchmark samples like the renderer"
+TOOLS_CONVERGED = "tool heads converged (held-out plateau)"
+TOOLS_LEARNED = "tool heads learned (held-out loss left its start)"
+
+
+def pools(outcomes: pd.DataFrame, model: str, run: str, dim: str) -> Pool:
+    g = outcomes[(outcomes["model"] == model) & (outcomes["run"] == run) & (outcomes["dim"] == dim)].sort_values(["prompt", "sample"])
+    return Pool(g["prompt"].to_numpy(), g["sample"].to_numpy(), g["stratum"].to_numpy(), g["tool"].to_numpy().astype(float))
+
+
+def levels(outcomes: pd.DataFrame, dims: list[str]) -> dict[str, tuple[float, ...]]:
+    """Per dimension: edges of the five levels from the population's full-benchmark scores."""
+    pop = outcomes[(outcomes["role"] == "population") & (outcomes["run"] == "a")]
+    return {d: reference_edges(pop[pop["dim"] == d].groupby("model")["tool"].mean().to_numpy()) for d in dims}
+
+
+def run_sessions(outcomes: pd.DataFrame, p: Params, seed: int) -> tuple[pd.DataFrame, dict, list[dict]]:
+    """Every (model, dimension, repeat) session of every arm on the in-family and held-out models."""
+    edges = levels(outcomes, p.zoo.dims)
+    rows, examples = [], []
+    models = outcomes[outcomes["role"] != "population"][["model", "family", "role"]].drop_duplicates().sort_values("model")
+    for m in models.itertuples(index=False):
+        for dim in p.zoo.dims:
+            truth_pool, pool = pools(outcomes, m.model, "a", dim), pools(outcomes, m.model, "b", dim)
+            n_strata = len(STRATA[dim])
+            weights = np.bincount(pool.stratum, minlength=n_strata) / len(pool.stratum)
+            truth = float(truth_pool.outcome.mean())
+            mo = outcomes[(outcomes["model"] == m.model) & (outcomes["run"] == "a") & (outcomes["dim"] == dim)]
+            renderer = float(mo["truth"].mean())
+            base = {"model": m.model, "family": m.family, "role": m.role, "dim": dim, "truth_score": truth,
+                    "truth_level": level_of(truth, edges[dim]), "renderer_level": level_of(renderer, edges[dim])}
+            for rep in range(p.agent.repeats):
+                rng = np.random.default_rng(derive_seed(seed, "eval_agent", "session", m.model, dim, rep))
+                s = run_agent(pool, weights, edges[dim], p.agent, rng)
+                estimates = {"agent": s.estimate, "random_subset": random_subset(pool, s.n, rng),
+                             "first_n": first_n(pool, s.n, rep), "full_rerun": float(pool.outcome.mean())}
+                for arm, est in estimates.items():
+                    n = len(pool.outcome) if arm == "full_rerun" else s.n
+                    rows.append({**base, "repeat": rep, "arm": arm, "n": n, "estimate": est, "level": level_of(est, edges[dim]),
+                                 "rounds": s.rounds if arm == "agent" else 0, "reason": s.reason if arm == "agent" else ""})
+                if rep == 0 and len(examples) < 2 * len(p.zoo.dims) and m.role == "in_family":
+                    aspect, rate = weakest_aspect(pool, s.rows, STRATA[dim])
+                    fails = [{"prompt": int(pool.prompt[i]), "sample": int(pool.sample[i]), "aspect": STRATA[dim][pool.stratum[i]]}
+                             for i in s.rows if pool.outcome[i] == 0][:4]
+                    examples.append({"model": m.model, "dim": dim, "level": level_name(s.level), "estimate": round(s.estimate, 4),
+                                     "interval": [round(s.low, 4), round(s.high, 4)], "samples": s.n, "stop": s.reason,
+                                     "truth_level": level_name(base["truth_level"]), "rounds": s.steps,
+                                     "explanation": f"{m.model} is {level_name(s.level)} on {dim} ({s.estimate:.2f} of {s.n} samples pass); "
+                                                    f"weakest sub-aspect: {aspect} ({rate:.2f})",
+                                     "failing_samples": fails})
+    df = pd.DataFrame(rows)
+    df["exact"] = (df["level"] == df["truth_level"]).astype(float)
+    df["within_one"] = ((df["level"] - df["truth_level"]).abs() <= 1).astype(float)
+    df["abs_error"] = (df["estimate"] - df["truth_score"]).abs()
+    return df, {d: list(e) for d, e in edges.items()}, examples
+
+
+def session_units(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per-unit tables: a session's level agreement and error, per arm, models as clusters; Spearman per (dim, repeat)."""
+    tables = {}
+    for role, suffix in (("in_family", ""), ("held_out", "_heldout")):
+        d = df[df["role"] == role]
+        unit = d["dim"] + "/r" + d["repeat"].astype(str)
+        for metric in ("exact", "within_one", "abs_error"):
+            tables[metric + suffix] = unit_table(pd.DataFrame({"arm": d["arm"], "cluster": d["model"], "unit": unit, "value": d[metric]}))
+    rows = []
+    inf = df[df["role"] == "in_family"]
+    for (arm, dim, rep), g in inf.groupby(["arm", "dim", "repeat"]):
+        rows.append({"arm": arm, "cluster": f"{dim}/r{rep}", "unit": f"{dim}/r{rep}", "value": spearman(g["estimate"].to_numpy(), g["truth_score"].to_numpy())})
+    tables["spearman"] = unit_table(pd.DataFrame(rows).fillna(0.0))
+    return tables
+
+
+def preconditions(outcomes: pd.DataFrame, tool_curve: list[float], p: Params, ev) -> list[dict]:
+    from paperworks.core.claims import convergence, learned
+
+    known = outcomes[outcomes["family"].isin(KNOWN_FAMILIES) & (outcomes["role"] != "population")]
+    acc = known.assign(ok=(known["tool"] == known["truth"]).astype(float)).groupby(["family", "dim"])["ok"].mean()
+    worst = acc.idxmin()
+    return [precondition(TOOLS_OK, bool(acc.min() >= p.claims.min_tool_accuracy), round(float(acc.min()), 4), p.claims.min_tool_accuracy,
+                         f"tool verdict = renderer verdict on the benchmark samples of families A, B; lowest: family {worst[0]}, "
+                         f"{worst[1]} {acc.min():.3f} (all: " + ", ".join(f"{f}/{d} {v:.3f}" for (f, d), v in acc.items()) + ")"),
+            convergence(TOOLS_CONVERGED, tool_curve, ev),
+            learned(TOOLS_LEARNED, tool_curve, p.claims.min_rel_improvement, ev)]
+
+
+def claim_specs(p: Params) -> list[ClaimSpec]:
+    tools = (TOOLS_OK, TOOLS_CONVERGED, TOOLS_LEARNED)
+    cap = p.agent.batch_size * p.agent.max_rounds
+    full = p.zoo.prompts_per_dim * p.zoo.samples_per_prompt
+    common = dict(unit="session", cluster="model", preconditions=tools)
+    return [
+        ClaimSpec("agent_vs_full_benchmark", f"the agent (≤ {cap} of {full} samples per dimension) places a model within one of "
+                  f"the full benchmark's five levels as often as a full-benchmark rerun (margin {p.claims.within_one_margin:g})",
+                  "within_one", "within_one", "agent", "full_rerun", kind="non_inferiority", margin=p.claims.within_one_margin,
+                  role="headline", **common),
+        ClaimSpec("agent_vs_random_subset", "the agent's level is exactly right more often than a random subset of the same size",
+                  "exact", "exact level agreement", "agent", "random_subset", role="headline", **common),
+        ClaimSpec("agent_vs_first_n", "the agent's level is exactly right more often than the first N prompts of the file (same N)",
+                  "exact", "exact level agreement", "agent", "first_n", role="headline", **common),
+        ClaimSpec("agent_error_vs_random_subset", "the agent's score error is smaller than a random subset's of the same size",
+                  "abs_error", "|score − full-benchmark score|", "agent", "random_subset", higher_is_better=False, **common),
+        ClaimSpec("agent_exact_vs_full_benchmark", "the agent's exact level agreement is non-inferior to a full-benchmark rerun",
+                  "exact", "exact level agreement", "agent", "full_rerun", kind="non_inferiority", margin=p.claims.within_one_margin, **common),
+        ClaimSpec("heldout_agent_vs_full_benchmark", "on the held-out family C the agent stays within one level as often as a full rerun",
+                  "within_one_heldout", "within_one", "agent", "full_rerun", kind="non_inferiority", margin=p.claims.within_one_margin,
+                  unit="session", cluster="model", preconditions=(TOOLS_CONVERGED, TOOLS_LEARNED)),
+        ClaimSpec("agent_spearman_vs_full_benchmark", "the agent ranks the in-family models per dimension as a full rerun does (Spearman)",
+                  "spearman", "Spearman of the model ranking", "agent", "full_rerun", kind="non_inferiority", margin=0.2,
+                  unit="dimension × repeat", cluster=None, preconditions=tools),
+    ]
+
+
+def summary(df: pd.DataFrame, p: Params) -> dict:
+    out = {}
+    full = p.zoo.prompts_per_dim * p.zoo.samples_per_prompt
+    for role in ("in_family", "held_out"):
+        d = df[df["role"] == role]
+        for arm in ARMS:
+            a = d[d["arm"] == arm]
+            out[f"{role}/{arm}"] = {"exact": round(float(a["exact"].mean()), 4), "within_one": round(float(a["within_one"].mean()), 4),
+                                    "abs_error": round(float(a["abs_error"].mean()), 4), "samples": round(float(a["n"].mean()), 2),
+                                    "sample_share": round(float(a["n"].mean() / full), 4)}
+    ag = df[(df["arm"] == "agent")]
+    out["agent_stops"] = ag["reason"].value_counts().to_dict()
+    first = df[(df["arm"] == "agent") & (df["repeat"] == 0)]
+    out["tool_level_shift"] = {role: round(float((first[first["role"] == role]["truth_level"] != first[first["role"] == role]["renderer_level"]).mean()), 4)
+                               for role in ("in_family", "held_out")}
+    return out
+
+
+def plot_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Per (arm, dimension): level agreement and samples on the in-family models (the plot CSV)."""
+    d = df[df["role"] == "in_family"]
+    g = d.groupby(["arm", "dim"]).agg(exact=("exact", "mean"), within_one=("within_one", "mean"), samples=("n", "mean")).reset_index()
+    return g.round(4)
+
+
+def plot_agreement(frame: pd.DataFrame, path) -> None:
+    """Grouped bars: exact level agreement per dimension for each arm (in-family sessions)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    dims = sorted(frame["dim"].unique())
+    fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
+    width = 0.8 / len(ARMS)
+    for i, arm in enumerate(ARMS):
+        a = frame[frame["arm"] == arm].set_index("dim").reindex(dims)
+        label = f"{arm} ({a['samples'].mean():.0f} samples)"
+        ax.bar(np.arange(len(dims)) + (i - (len(ARMS) - 1) / 2) * width, a["exact"].to_numpy(), width, label=label)
+    ax.set_xticks(np.arange(len(dims)), dims)
+    ax.set_ylim(0, 1)
+    ax.set_ylabel("exact level agreement")
+    ax.set_title("eval_agent: level agreement with the full benchmark (in-family sessions)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, format="png", metadata={"Software": None})
+    plt.close(fig)

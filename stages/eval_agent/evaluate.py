@@ -1,0 +1,51 @@
+"""Stage eval_agent_evaluate: reference levels, agent sessions and controls, preconditions, claims."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
+from paperworks.core.io import atomic_path, read_json, write_json, write_text
+from paperworks.core.params import global_seed, load_section, read_params_file
+from paperworks.core.stage import stage_main
+from paperworks.eval_agent import report
+from paperworks.eval_agent.artifacts import PLOTS, TOOLS, read_outcomes
+from paperworks.eval_agent.params import Params
+
+METRICS = Path("metrics/eval_agent.json")
+
+
+@stage_main
+def main() -> None:
+    p = load_section("eval_agent", Params)
+    ev = load_evidence()
+    raw = read_params_file()
+    seed = global_seed(raw)
+    outcomes = read_outcomes()
+    tools = read_json(TOOLS / "accuracy.json")
+    sessions, edges, examples = report.run_sessions(outcomes, p, seed)
+    units = report.session_units(sessions)
+    pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
+    claims = evaluate_claims(report.claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
+    write_unit_tables("eval_agent", units)
+    frame = report.plot_frame(sessions)
+    write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
+    with atomic_path(PLOTS / "agreement.png") as tmp:
+        report.plot_agreement(frame, tmp)
+    write_json(PLOTS / "example_sessions.json", {"sessions": examples})
+    write_json(METRICS, {
+        "profile": raw.get("profile"),
+        "claims": claims,
+        "claim_summary": claim_summary(claims),
+        "evidence": evidence_block(ev, seed),
+        "summary": report.summary(sessions, p),
+        "levels": edges,
+        "tool_accuracy": tools["per_family"],
+        "preconditions": pre,
+        "training_runs": 1,
+    })
+    for c in claims:
+        print(f"{c['id']}: {c['verdict']}  ({c['method_mean']} vs {c['baseline_mean']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+"""The track's smoke profile end to end through DVC, in a temporary copy of the repository."""
+import json
+
+import pandas as pd
+import pytest
+from PIL import Image
+
+from tests.conftest import assert_claims_meet_standard, dvc
+
+HEADLINE = {"agent_vs_full_benchmark", "agent_vs_random_subset", "agent_vs_first_n"}
+
+
+@pytest.mark.integration
+def test_smoke_pipeline(smoke_repo):
+    dvc(smoke_repo, "repro", "--glob", "eval_agent_*")
+    metrics = json.loads((smoke_repo / "metrics/eval_agent.json").read_text())
+    claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "eval_agent", smoke_repo)}
+    assert {c for c, r in claims.items() if r["role"] == "headline"} == HEADLINE
+    units = pd.read_csv(smoke_repo / "metrics/units/eval_agent/exact.csv")
+    # sessions = model × dimension × repeat, models as clusters: 4 in-family models × 5 dims × 2 repeats per arm
+    assert set(units["arm"]) == {"agent", "random_subset", "first_n", "full_rerun"}
+    assert units.groupby("arm").size().unique().tolist() == [40] and units["cluster"].nunique() == 4
+    assert claims["agent_vs_random_subset"]["units"]["cluster"] == "model"
+    s = metrics["summary"]
+    for role in ("in_family", "held_out"):  # the controls read exactly the agent's number of samples
+        assert s[f"{role}/random_subset"]["samples"] == s[f"{role}/agent"]["samples"] == s[f"{role}/first_n"]["samples"]
+        assert s[f"{role}/agent"]["samples"] <= 16 < s[f"{role}/full_rerun"]["samples"] + 1
+    names = {p["name"] for p in metrics["preconditions"]}
+    assert any(n.startswith("tools read the known families") for n in names)
+    assert set(metrics["tool_accuracy"]) == {"A", "B", "C"}
+    levels = metrics["levels"]
+    assert set(levels) == {"colour", "presence", "count", "spatial", "quality"} and all(len(e) == 6 for e in levels.values())
+    examples = json.loads((smoke_repo / "plots/eval_agent/example_sessions.json").read_text())["sessions"]
+    assert examples and all(e["rounds"] and e["samples"] == e["rounds"][-1]["n"] for e in examples)
+    assert all(e["stop"] in ("interval inside one level", "cap", "pool exhausted") for e in examples)
+    img = Image.open(smoke_repo / "plots/eval_agent/agreement.png")
+    assert img.format == "PNG" and img.size[0] > 300
+    out = dvc(smoke_repo, "repro", "--glob", "eval_agent_*").stdout  # a second repro has nothing to do
+    assert "didn't change" in out or "up to date" in out.lower()
