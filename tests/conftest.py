@@ -108,7 +108,7 @@ def pytest_collection_modifyitems(config, items) -> None:
 # (it renames node ids through an attribute pytest 9 no longer reads), so the grouping is a
 # scheduler: xdist's scope scheduler with a scope per group, every other test its own scope.
 # The two groups are the largest scopes, so xdist hands them out first, one to each worker.
-SMOKE_GROUP_B = {"person_search", "protocol_distill", "video_qa"}
+SMOKE_GROUP_B = {"person_search", "protocol_distill", "video_qa", "eval_agent", "mol", "encoder_fusion"}
 
 
 def smoke_group(nodeid: str) -> str | None:
