@@ -190,7 +190,7 @@ def train_fusion(model: FusionVQA, tokens: dict[str, torch.Tensor], qemb: torch.
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / p.steps))))
-    dev_answer = torch.as_tensor(np.asarray(dev["answer"]))
+    dev_answer = torch.from_numpy(np.array(dev["answer"], dtype=np.int64))  # a copy: pandas hands out read-only arrays
     history = []
     for step in range(p.steps + 1):
         if step % p.log_every == 0 or step == p.steps:
