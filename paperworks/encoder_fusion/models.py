@@ -185,18 +185,25 @@ def train_fusion(model: FusionVQA, tokens: dict[str, torch.Tensor], qemb: torch.
                  dev: dict[str, np.ndarray], p: HeadParams, seed: int) -> list[dict]:
     """AdamW + cosine on the training questions; dev loss / accuracy every ``log_every`` steps (the plateau curve).
 
+    Every fusion ends at its best dev-accuracy checkpoint (the earliest on ties; marked ``selected`` in
+    its history row), so neither a late-overfitting nor a slow-learning arm is read at a bad step.
     ``train``/``dev``: arrays ``row`` (case row in ``tokens``), ``qid`` (row of ``qemb``), ``answer``.
     """
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / p.steps))))
     dev_answer = torch.from_numpy(np.array(dev["answer"], dtype=np.int64))  # a copy: pandas hands out read-only arrays
-    history = []
+    history, best, best_state = [], -1.0, None
     for step in range(p.steps + 1):
         if step % p.log_every == 0 or step == p.steps:
             logits = predict(model, tokens, qemb, dev["row"], dev["qid"])
-            history.append({"step": step, "dev_loss": float(F.cross_entropy(logits, dev_answer)),
-                            "dev_accuracy": float((logits.argmax(1) == dev_answer).float().mean()), **model.gates()})
+            acc = float((logits.argmax(1) == dev_answer).float().mean())
+            history.append({"step": step, "dev_loss": float(F.cross_entropy(logits, dev_answer)), "dev_accuracy": acc,
+                            **model.gates(), "selected": False})
+            if acc > best:
+                best, best_state = acc, {k: v.detach().clone() for k, v in model.state_dict().items()}
+                for row in history:
+                    row["selected"] = row is history[-1]
             model.train()
         if step == p.steps:
             break
@@ -208,4 +215,5 @@ def train_fusion(model: FusionVQA, tokens: dict[str, torch.Tensor], qemb: torch.
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
+    model.load_state_dict(best_state)
     return history

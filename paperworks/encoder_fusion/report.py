@@ -85,12 +85,15 @@ def summary(pred: pd.DataFrame, vqa_hist: dict, tau: pd.DataFrame) -> dict:
         acc[fusion] = {"all": round(float(per_seed.mean()), 4),
                        **{m: round(float(g[g["modality"] == m].groupby("seed")["correct"].mean().mean()), 4) for m in MODALITIES},
                        "small_lesion": round(float(g[g["small"]].groupby("seed")["correct"].mean().mean()), 4) if g["small"].any() else None}
-    gates = {}
+    gates, selected = {}, {}
     for run, h in vqa_hist.items():
-        for k, v in h[-1].items():
+        row = next((r for r in h if r.get("selected")), h[-1])  # the checkpoint the test predictions come from
+        selected.setdefault(run.rsplit("-", 1)[0], []).append(row["step"])
+        for k, v in row.items():
             if k.startswith("gate"):
                 gates.setdefault(k, []).append(v)
     return {"vqa_accuracy": acc, "final_gates_mean": {k: round(float(np.mean(v)), 4) for k, v in gates.items()},
+            "selected_step_mean": {k: float(np.mean(v)) for k, v in sorted(selected.items())},
             "panel_mean_tau": {m: round(float(v), 4) for m, v in tau.groupby("metric")["tau"].mean().items()}}
 
 

@@ -36,8 +36,9 @@ def main() -> None:
             cost[f"{fusion}-{s}"] = time.process_time() - t0
             preds.append(df)
             histories[f"{fusion}-{s}"] = hist
-            print(f"{fusion} seed {s}: dev accuracy {hist[0]['dev_accuracy']:.3f} → {hist[-1]['dev_accuracy']:.3f}, "
-                  f"test {df['correct'].mean():.3f}" + "".join(f", {k} {v:+.3f}" for k, v in hist[-1].items() if k.startswith("gate")))
+            sel = next(r for r in hist if r["selected"])
+            print(f"{fusion} seed {s}: dev accuracy {hist[0]['dev_accuracy']:.3f} → {sel['dev_accuracy']:.3f} (step {sel['step']}), "
+                  f"test {df['correct'].mean():.3f}" + "".join(f", {k} {v:+.3f}" for k, v in sel.items() if k.startswith("gate")))
     with atomic_path(VQA) as tmp:
         write_parquet(tmp / "predictions.parquet", pd.concat(preds, ignore_index=True), PREDICTION_SCHEMA)
         write_json(tmp / "histories.json", histories)

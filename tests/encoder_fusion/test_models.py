@@ -54,3 +54,24 @@ def test_parallel_is_the_mean_of_the_projections():
     m = build_fusion("parallel", DIMS, 5, 3, HP, seed=1)
     expected = (m.proj_f(tok["foundation"]) + m.proj_x(tok["xray"]) + m.proj_p(tok["path"])) / 3
     assert torch.allclose(m.fuse(tok), expected)
+
+
+def test_training_ends_at_the_best_dev_checkpoint():
+    """Dev answers = the untrained model's own predictions (dev accuracy 1 at step 0), training answers
+    shifted away from them: training lowers dev accuracy, so the returned weights must be step 0's."""
+    import numpy as np
+
+    from paperworks.encoder_fusion.models import predict, train_fusion
+
+    tok = _tokens(n=6)
+    qemb = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
+    rows, qids = np.repeat(np.arange(6), 4), np.tile(np.arange(4), 6)
+    hp = HP.model_copy(update={"steps": 30, "log_every": 5, "batch_size": 8, "lr": 0.01})
+    first = predict(build_fusion("cascade", DIMS, 5, 3, hp, seed=2), tok, qemb, rows, qids).argmax(1).numpy()
+    dev = {"row": rows, "qid": qids, "answer": first}
+    train = {"row": rows, "qid": qids, "answer": (first + 1) % 9}
+    model = build_fusion("cascade", DIMS, 5, 3, hp, seed=2)
+    hist = train_fusion(model, tok, qemb, train, dev, hp, seed=2)
+    assert hist[0]["dev_accuracy"] == 1.0 and hist[-1]["dev_accuracy"] < 1.0  # the premise
+    assert [r["step"] for r in hist if r["selected"]] == [0]
+    assert (predict(model, tok, qemb, rows, qids).argmax(1).numpy() == first).all()
