@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from paperworks.core.vision.contrastive import ImageTextModel, contrastive_loss
 from paperworks.core.vision.encoders import EncoderConfig, PatchifyEncoder2D, frames_to_tensor
 from paperworks.encoder_fusion.params import FoundationParams, HeadParams, SpecialistParams
 from paperworks.encoder_fusion.world import ANSWERS, N_DENSE
@@ -35,6 +36,49 @@ def foundation_encoder(p: FoundationParams) -> PatchifyEncoder2D:
 def specialist_encoder(p: SpecialistParams) -> PatchifyEncoder2D:
     """At full resolution S: patch 4 then strides (2, 2) → an S/16 grid."""
     return PatchifyEncoder2D(EncoderConfig(widths=tuple(p.widths), strides=(2, 2), embed_dim=p.widths[-1]))
+
+
+def train_foundation(model: ImageTextModel, images: np.ndarray, text_ids: np.ndarray, held_images: np.ndarray,
+                     held_ids: np.ndarray, text_table: torch.Tensor, p: FoundationParams, seed: int) -> list[dict]:
+    """CLIP-style InfoNCE (``core.vision.contrastive_loss``) of F's coarse-view embedding against the frozen
+    MiniLM table; the held-out loss (dev images against the captions they share) every ``log_every`` steps
+    is the plateau curve — the training loss keeps falling as F memorises its few hundred captions, while
+    the held-out loss turns up — so F ends at its lowest held-out-loss checkpoint (``selected``)."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / p.steps))))
+    images_t, held_t = torch.as_tensor(images), torch.as_tensor(held_images)
+    ids, held = torch.as_tensor(text_ids), torch.as_tensor(held_ids)
+
+    def loss_on(x: torch.Tensor, tid: torch.Tensor) -> torch.Tensor:
+        distinct, local = torch.unique(tid, return_inverse=True)
+        scale = model.log_logit_scale.exp().clamp(max=100.0)
+        return contrastive_loss(model.embed_images(frames_to_tensor(x)), model.embed_texts(text_table[distinct]), local, scale)
+
+    history, best, best_state = [], float("inf"), None
+    for step in range(p.steps + 1):
+        if step % p.log_every == 0 or step == p.steps:
+            model.eval()
+            with torch.no_grad():
+                history.append({"step": step, "heldout_loss": float(loss_on(held_t, held)), "selected": False})
+            if history[-1]["heldout_loss"] < best:
+                best, best_state = history[-1]["heldout_loss"], {k: v.detach().clone() for k, v in model.state_dict().items()}
+                for row in history:
+                    row["selected"] = row is history[-1]
+            model.train()
+        if step == p.steps:
+            break
+        idx = torch.from_numpy(rng.choice(len(images_t), size=min(p.batch_size, len(images_t)), replace=False))
+        loss = loss_on(images_t[idx], ids[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        history[-1].setdefault("train_loss", float(loss.detach()))
+    model.load_state_dict(best_state)
+    return history
 
 
 class Specialist(nn.Module):

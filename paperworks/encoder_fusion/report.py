@@ -33,11 +33,18 @@ def panel_units(tau: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def preconditions(p: Params, probe: dict, enc_hist: dict, vqa_hist: dict, panel: dict, ev: EvidenceParams) -> list[dict]:
     gains = {m: probe[m]["specialist"] - probe[m]["foundation"] for m in probe}
     worst = min(gains.values()) if gains and all(np.isfinite(v) for v in gains.values()) else float("nan")
-    curves = {"foundation (contrastive training loss)": [r["loss"] for r in enc_hist["foundation"]]}
+    # (curve, rows up to the checkpoint in use): the plateau is read on the whole curve, "learned" on the
+    # part up to the selected checkpoint (F and the heads end at their best held-out checkpoint)
+    runs = {"foundation (held-out contrastive loss)": (enc_hist["foundation"], "heldout_loss")}
     for m in MODALITIES:
-        curves[f"specialist {m} (held-out loss)"] = [r["heldout_loss"] for r in enc_hist[f"specialist_{m}"]]
+        runs[f"specialist {m} (held-out loss)"] = (enc_hist[f"specialist_{m}"], "heldout_loss")
     for run, h in sorted(vqa_hist.items()):
-        curves[f"head {run} (dev loss)"] = [r["dev_loss"] for r in h]
+        runs[f"head {run} (dev loss)"] = (h, "dev_loss")
+    curves, used = {}, {}
+    for name, (rows, key) in runs.items():
+        curves[name] = [r[key] for r in rows]
+        last = max([i for i, r in enumerate(rows) if r.get("selected")], default=len(rows) - 1)
+        used[name] = curves[name][:last + 1]
     return [
         precondition(FUSION_PRE[0], bool(np.isfinite(worst) and worst >= p.claims.min_specialist_gain), value=round(worst, 4),
                      threshold=p.claims.min_specialist_gain,
@@ -45,7 +52,8 @@ def preconditions(p: Params, probe: dict, enc_hist: dict, vqa_hist: dict, panel:
                                       f"balanced accuracy ({probe[m]['n_test_small']} small-lesion of {probe[m]['n_test_regions']} test regions)"
                                       for m in probe)),
         combine(FUSION_PRE[1], [convergence(k, v, ev) for k, v in curves.items()], "training curves"),
-        combine(FUSION_PRE[2], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in curves.items()], "training curves"),
+        combine(FUSION_PRE[2], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in used.items()],
+                "training curves (up to the checkpoint in use)"),
         precondition(PANEL_PRE[0], panel["tagger_heldout_field_accuracy"] >= p.claims.min_tagger_accuracy,
                      value=round(panel["tagger_heldout_field_accuracy"], 4), threshold=p.claims.min_tagger_accuracy,
                      detail=f"trained on {panel['tagger_training_sentences']} annotated sentences of its own; 500 held-out, every one paraphrased"),

@@ -1,5 +1,6 @@
 """Stage encoder_fusion_encoders: the foundation encoder F (CLIP-style on the 2× coarse view against
-frozen MiniLM embeddings of each training case's finding sentence), one specialist per 2D modality
+frozen MiniLM embeddings of each training case's finding sentence; its plateau curve is the loss on
+the dev cases), one specialist per 2D modality
 (full resolution, dense per-cell labels of its own modality), then the frozen token grids of every
 case, MiniLM embeddings of the question texts and the small-lesion detection probe (precondition).
 
@@ -9,16 +10,17 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 import torch
 
 from paperworks.core.io import atomic_path, save_safetensors, write_json, write_run_log
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.core.vision.contrastive import ContrastiveConfig, ImageTextModel, train_contrastive
+from paperworks.core.vision.contrastive import ImageTextModel
 from paperworks.core.vision.text import encode_texts
-from paperworks.encoder_fusion.artifacts import FEATURES, MODELS, PLOTS, read_world, save_model
-from paperworks.encoder_fusion.models import foundation_encoder, token_grid, train_specialist
+from paperworks.encoder_fusion.artifacts import FEATURES, MODELS, read_world, save_model
+from paperworks.encoder_fusion.models import foundation_encoder, token_grid, train_foundation, train_specialist
 from paperworks.encoder_fusion.params import MODALITIES, Params
 from paperworks.encoder_fusion.pipeline import detection_probe, question_table
 from paperworks.encoder_fusion.world import caption, coarse_view
@@ -33,16 +35,18 @@ def main() -> None:
     # --- foundation F
     t0 = time.process_time()
     train = [i for i, c in enumerate(cases) if c.split == "train"]
-    captions = [caption(cases[i]) for i in train]
-    distinct = sorted(set(captions))
-    text_table = encode_texts(distinct)
+    held = [i for i, c in enumerate(cases) if c.split == "dev"]
+    distinct = sorted({caption(cases[i]) for i in train + held})
+    index = {c: k for k, c in enumerate(distinct)}
+    text_table = torch.from_numpy(encode_texts(distinct))
     clip = ImageTextModel(foundation_encoder(p.foundation), text_dim=text_table.shape[1])
-    cfg = ContrastiveConfig(steps=p.foundation.steps, batch_size=p.foundation.batch_size, lr=p.foundation.lr,
-                            log_every=p.foundation.log_every)
-    f_hist = train_contrastive(clip, coarse_view(images[train]), [distinct.index(c) for c in captions], text_table, cfg,
-                               seed=derive_seed(seed, "encoder_fusion", "foundation"), live_dir=PLOTS / "live_foundation")
+    f_hist = train_foundation(clip, coarse_view(images[train]), np.array([index[caption(cases[i])] for i in train]),
+                              coarse_view(images[held]), np.array([index[caption(cases[i])] for i in held]), text_table,
+                              p.foundation, derive_seed(seed, "encoder_fusion", "foundation"))
+    clip.eval()
     log["foundation_s"] = time.process_time() - t0
-    print(f"foundation: {len(train)} images, {len(distinct)} distinct captions, loss {f_hist[0]['loss']:.3f} → {f_hist[-1]['loss']:.3f}")
+    print(f"foundation: {len(train)} images, {len(distinct)} distinct captions, held-out loss "
+          f"{f_hist[0]['heldout_loss']:.3f} → {min(r['heldout_loss'] for r in f_hist):.3f} (min) → {f_hist[-1]['heldout_loss']:.3f}")
     # --- specialists
     specialists, s_hist = {}, {}
     for m in MODALITIES:
