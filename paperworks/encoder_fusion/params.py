@@ -1,0 +1,108 @@
+"""Typed ``params.yaml:encoder_fusion`` section (validated before any stage does work).
+
+Everything in this track is synthetic: x-ray-like and pathology-like images drawn by
+:mod:`paperworks.encoder_fusion.world`, a simulated rater panel, no clinical claim.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from paperworks.core.params import StrictModel
+
+Modality = Literal["xray", "path"]
+MODALITIES: tuple[str, ...] = ("xray", "path")
+Fusion = Literal["foundation", "parallel", "cascade"]
+FUSIONS: tuple[str, ...] = ("foundation", "parallel", "cascade")
+
+
+class WorldParams(StrictModel):
+    """Cases per modality: an image with lesions in four named regions + a clinical context (RoI)."""
+
+    size: int = Field(64, ge=32, le=256, description="image height = width (pixels, multiple of 32)")
+    n_train: int = Field(ge=8, le=20_000, description="training cases per modality")
+    n_dev: int = Field(ge=4, le=5000, description="dev cases per modality (the heads' held-out curves)")
+    n_test: int = Field(ge=4, le=5000, description="test cases per modality")
+    max_lesions: int = Field(2, ge=1, le=4, description="lesions per case: 0..max, in distinct regions")
+    small_share: float = Field(0.5, ge=0, le=1, description="share of lesions that are small (visible at full resolution only)")
+    contrast: int = Field(40, ge=10, le=80, description="lesion amplitude (grey levels)")
+    noise: float = Field(6.0, ge=0, le=30, description="pixel noise (grey levels, standard deviation)")
+    roi_on_lesion: float = Field(0.7, ge=0, le=1, description="chance the clinical context names a lesion's region")
+
+    @model_validator(mode="after")
+    def _check(self) -> "WorldParams":
+        if self.size % 32:
+            raise ValueError(f"size={self.size}: must be a multiple of 32 (2× coarse view, 4-pixel patches, 2×2 regions)")
+        return self
+
+
+class FoundationParams(StrictModel):
+    """F: patchify encoder on the 2× coarse view, CLIP-style against MiniLM embeddings of finding sentences."""
+
+    widths: list[int] = Field(default_factory=lambda: [16, 32, 64], min_length=3, max_length=3)
+    steps: int = Field(ge=10, le=100_000)
+    batch_size: int = Field(64, ge=8, le=1024)
+    lr: float = Field(3e-3, gt=0, le=1)
+    log_every: int = Field(10, ge=1, le=10_000)
+
+
+class SpecialistParams(StrictModel):
+    """One specialist per 2D modality: patchify encoder at full resolution, trained on dense (per-cell) lesion labels."""
+
+    widths: list[int] = Field(default_factory=lambda: [16, 32, 64], min_length=3, max_length=3)
+    steps: int = Field(ge=10, le=100_000)
+    batch_size: int = Field(32, ge=4, le=1024)
+    lr: float = Field(3e-3, gt=0, le=1)
+    log_every: int = Field(10, ge=1, le=10_000)
+
+
+class HeadParams(StrictModel):
+    """Fusion module + VQA head, trained per (fusion, seed) on the frozen, cached encoder tokens."""
+
+    fusions: list[Fusion] = Field(default_factory=lambda: list(FUSIONS), min_length=2)
+    seeds: int = Field(5, ge=1, le=50, description="independent trainings of each fusion (the claims' clusters)")
+    d_model: int = Field(64, ge=8, le=512)
+    heads: int = Field(4, ge=1, le=16)
+    window: int = Field(1, ge=0, le=8, description="local cross-attention radius in token cells (0: same cell only)")
+    steps: int = Field(ge=10, le=200_000)
+    batch_size: int = Field(128, ge=8, le=4096)
+    lr: float = Field(2e-3, gt=0, le=1)
+    log_every: int = Field(25, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _check(self) -> "HeadParams":
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model={self.d_model} must be divisible by heads={self.heads}")
+        if "foundation" not in self.fusions or "cascade" not in self.fusions:
+            raise ValueError(f"fusions {self.fusions}: need at least 'foundation' and 'cascade' (the claims compare them)")
+        if len(set(self.fusions)) != len(self.fusions):
+            raise ValueError(f"fusions {self.fusions}: repeated entry")
+        return self
+
+
+class PanelParams(StrictModel):
+    """The RoI-metric study: simulated systems' reports, a simulated rater panel, the finding tagger."""
+
+    n_cases: int = Field(ge=10, le=10_000, description="cases whose three systems' reports the panel ranks")
+    raters: int = Field(6, ge=2, le=50)
+    roi_weight_range: tuple[float, float] = (2.0, 4.0)  # rater-specific weight of an error inside the RoI (hidden from metrics)
+    rater_noise: float = Field(0.5, ge=0, le=10, description="std of each rater's utility noise (severity units)")
+    paraphrase_rate: float = Field(0.5, ge=0, le=1, description="chance each sentence uses a non-canonical template or synonym")
+    metric_roi_weight: float = Field(3.0, ge=1, le=10, description="the RoI metric's own weight of an RoI error (fixed, not the raters')")
+    tagger_sentences: int = Field(2000, ge=50, le=100_000, description="annotated sentences the finding tagger trains on (separate set)")
+
+
+class ClaimsParams(StrictModel):
+    min_specialist_gain: float = Field(0.15, ge=0, le=1, description="specialist − foundation small-lesion detection accuracy")
+    min_rel_improvement: float = Field(0.05, ge=0, le=1, description="a training loss must leave its start by this much")
+    min_tagger_accuracy: float = Field(0.9, ge=0, le=1, description="field accuracy of the finding tagger on held-out sentences")
+
+
+class Params(StrictModel):
+    world: WorldParams
+    foundation: FoundationParams
+    specialist: SpecialistParams
+    head: HeadParams
+    panel: PanelParams
+    claims: ClaimsParams = ClaimsParams()

@@ -1,0 +1,33 @@
+"""The track's smoke profile end to end through DVC, in a temporary copy of the repository."""
+import json
+
+import pandas as pd
+import pytest
+
+from tests.conftest import assert_claims_meet_standard, dvc
+
+HEADLINE = {"cascade_vs_foundation", "cascade_vs_parallel", "roi_metric_vs_entity_f1"}
+
+
+@pytest.mark.integration
+def test_smoke_pipeline(smoke_repo):
+    dvc(smoke_repo, "repro", "--glob", "encoder_fusion_*")
+    metrics = json.loads((smoke_repo / "metrics/encoder_fusion.json").read_text())
+    claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "encoder_fusion", smoke_repo)}
+    assert {c for c, r in claims.items() if r["role"] == "headline"} == HEADLINE
+    assert metrics["synthetic"] and metrics["panel"]["simulated"] is True
+    names = {p["name"] for p in metrics["preconditions"]}
+    assert {"specialists beat the foundation on small-lesion detection", "every trained model converged",
+            "finding tagger accurate on held-out paraphrased sentences"} <= names
+    vqa = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/vqa_accuracy.csv")
+    assert set(vqa["arm"]) == {"foundation", "parallel", "cascade"} and vqa["cluster"].nunique() == 2  # smoke: 2 seeds
+    assert claims["cascade_vs_foundation"]["units"]["cluster"] == "seed"
+    # every fusion answered the same test questions under every seed (paired units)
+    assert vqa.groupby("arm")["unit"].nunique().nunique() == 1
+    tau = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/panel_tau.csv")
+    assert set(tau["arm"]) == {"roi", "entity_f1", "label_f1", "bleu", "rouge_l", "embedding"} and tau["value"].between(-1, 1).all()
+    plot = pd.read_csv(smoke_repo / "plots/encoder_fusion/vqa_accuracy.csv")
+    assert set(plot["fusion"]) == {"foundation", "parallel", "cascade"} and plot["accuracy"].between(0, 1).all()
+    assert set(metrics["summary"]["final_gates_mean"]) == {"gate_xray", "gate_path"}
+    out = dvc(smoke_repo, "repro", "--glob", "encoder_fusion_*").stdout  # a second repro has nothing to do
+    assert "didn't change" in out or "up to date" in out.lower()
