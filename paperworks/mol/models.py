@@ -110,6 +110,3 @@ def generate(model, tok, prompts: Sequence[str], max_new_tokens: int, batch_size
         out.extend(sample(model, tok, list(prompts[i: i + batch_size]), max_new_tokens=max_new_tokens, greedy=True).texts)
     return out
 
-
-def dev_curve(history: list[dict]) -> list[float]:
-    return [float(h["dev_loss"]) for h in history if "dev_loss" in h and np.isfinite(h["dev_loss"])]

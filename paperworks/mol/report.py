@@ -13,7 +13,6 @@ import numpy as np
 import pandas as pd
 
 from paperworks.core.claims import ClaimSpec, EvidenceParams, combine, convergence, learned, precondition, unit_table
-from paperworks.mol.models import dev_curve
 from paperworks.mol.params import Params
 from paperworks.mol.world import CAPABILITIES
 
@@ -23,6 +22,11 @@ MODELS_CONVERGED = "every trained model's dev loss plateaued"
 MODELS_LEARNED = "every trained model's dev loss fell"
 BASE_CONVERGED = "base pre-training loss plateaued"
 SAME_BUDGET = "baselines had the specialists' parameters and steps"
+
+
+def dev_curve(history: list[dict]) -> list[float]:
+    """The held-out loss series of one training run (its logged rows that carry ``dev_loss``)."""
+    return [float(h["dev_loss"]) for h in history if "dev_loss" in h and np.isfinite(h["dev_loss"])]
 
 
 def success_rates(results: dict[int, dict]) -> pd.DataFrame:
