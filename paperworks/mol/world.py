@@ -325,7 +325,9 @@ def build_world(p, seed: int) -> dict:
         world[split] = {cap: make_items(rng(split, cap), cap, n, p.neutral_share) for cap in CAPABILITIES}
     used = frozenset(request_from_dict(x).body() for split in ("train", "dev") for items in world[split].values() for x in items)
     world["test"] = {cap: make_items(rng("test", cap), cap, p.test_per_capability, 0.0, used) for cap in CAPABILITIES}
-    world["test_conversations"] = make_conversations(rng("conversations", "test"), p.test_conversations, p.turns, p.neutral_share, used)
+    used_by_router = used | {request_from_dict(x).body() for x in world["router_train"]}
+    world["test_conversations"] = make_conversations(rng("conversations", "test"), p.test_conversations, p.turns, p.neutral_share,
+                                                     used_by_router)
     check_disjoint(world)
     return world
 

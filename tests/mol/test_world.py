@@ -20,6 +20,19 @@ def test_world_is_deterministic_and_seed_dependent():
     assert json.dumps(W.build_world(SMALL, 8), sort_keys=True) != json.dumps(a, sort_keys=True)
 
 
+def test_default_profile_world_builds():
+    """At the default sizes the suites still find unused requests (the draw space is 3,888 requests)."""
+    import yaml
+
+    from paperworks.core.params import validate_section
+    from paperworks.mol.params import Params
+    from tests.mol.test_params import CONF
+
+    p = validate_section("mol", Params, yaml.safe_load((CONF / "default" / "mol.yaml").read_text()))
+    w = W.build_world(p.world, 20261130)
+    assert len(w["test"]["agent"]) == p.world.test_per_capability
+
+
 def test_suites_never_repeat_a_training_request():
     w = W.build_world(SMALL, 3)
     body = lambda x: W.request_from_dict(x).body()  # noqa: E731
