@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -84,14 +84,23 @@ def trainable_parameters(model) -> int:
 
 
 def train_on(model, tok, items: Sequence[dict], dev_items: Sequence[dict], steps: int, lr: float, p: AdapterParams,
-             max_positions: int, seed: int, eval_every: int, live_dir: Path | None, desc: str):
-    """SFT on ``items`` (prompt → target); dev loss every ``eval_every`` steps."""
+             max_positions: int, seed: int, eval_every: int, live_dir: Path | None, desc: str,
+             dev_success: Callable[[list[str]], float] | None = None):
+    """SFT on ``items`` (prompt → target); every ``eval_every`` steps the dev loss and, with ``dev_success``
+    (greedy answers → verified share), the dev success: the curve the plateau check reads (a loss on a
+    deterministic target keeps creeping down long after every answer is right)."""
     data = encode_sft(tok, [x["prompt"] for x in items], [x["target"] for x in items], max_positions)
     dev = encode_sft(tok, [x["prompt"] for x in dev_items], [x["target"] for x in dev_items], max_positions)
     cfg = TrainConfig(steps=steps, batch_size=p.batch_size, lr=lr, warmup_steps=max(1, steps // 20),
                       log_every=eval_every, eval_every=eval_every)
-    return train_sft(model, data, cfg, seed=seed, live_dir=live_dir, eval_fn=lambda step: {"dev_loss": heldout_loss(model, dev)},
-                     desc=desc)
+
+    def evaluate(step: int) -> dict[str, float]:
+        row = {"dev_loss": heldout_loss(model, dev)}
+        if dev_success is not None:
+            row["dev_success"] = dev_success(generate(model, tok, [x["prompt"] for x in dev_items], p.max_new_tokens))
+        return row
+
+    return train_sft(model, data, cfg, seed=seed, live_dir=live_dir, eval_fn=evaluate, desc=desc)
 
 
 def full_ft_model(base, seed: int):

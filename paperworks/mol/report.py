@@ -18,15 +18,15 @@ from paperworks.mol.world import CAPABILITIES
 
 ARMS = ("specialists", "single_lora", "full_ft", "base")
 SPECIALISTS_LEARNED = "each specialist learned its capability"
-MODELS_CONVERGED = "every trained model's dev loss plateaued"
+MODELS_CONVERGED = "every trained model's dev success plateaued"
 MODELS_LEARNED = "every trained model's dev loss fell"
 BASE_CONVERGED = "base pre-training loss plateaued"
 SAME_BUDGET = "baselines had the specialists' parameters and steps"
 
 
-def dev_curve(history: list[dict]) -> list[float]:
-    """The held-out loss series of one training run (its logged rows that carry ``dev_loss``)."""
-    return [float(h["dev_loss"]) for h in history if "dev_loss" in h and np.isfinite(h["dev_loss"])]
+def dev_curve(history: list[dict], key: str = "dev_loss") -> list[float]:
+    """One held-out series of a training run (its logged rows that carry ``key``)."""
+    return [float(h[key]) for h in history if key in h and np.isfinite(h[key])]
 
 
 def success_rates(results: dict[int, dict]) -> pd.DataFrame:
@@ -108,9 +108,9 @@ def preconditions(p: Params, rates: pd.DataFrame, results: dict[int, dict], base
     conv, fell = [], []
     for seed, res in sorted(results.items()):
         for name, hist in sorted(res["histories"].items()):
-            conv.append(convergence(f"{name}@seed{seed}", dev_curve(hist), ev))
+            conv.append(convergence(f"{name}@seed{seed}", dev_curve(hist, "dev_success"), ev, lower_is_better=False))
             fell.append(learned(f"{name}@seed{seed}", dev_curve(hist), 0.05, ev))
-    out.append(combine(MODELS_CONVERGED, conv, "trained models' dev losses"))
+    out.append(combine(MODELS_CONVERGED, conv, "trained models' dev success curves"))
     out.append(combine(MODELS_LEARNED, fell, "trained models' dev losses (≥ 5 % below their start)"))
     out.append(convergence(BASE_CONVERGED, dev_curve(base_history), ev))
     a = p.adapters
@@ -187,11 +187,12 @@ def summary(rates: pd.DataFrame, conv: pd.DataFrame, routes: dict[str, list[dict
 
 
 def dev_loss_frame(results: dict[int, dict], base_history: list[dict]) -> pd.DataFrame:
-    """Long table of dev-loss curves (plot CSV): model, seed, step, dev_loss."""
+    """Long table of dev curves (plot CSV): model, seed, step, dev_loss, dev_success (empty for the base)."""
     rows = [{"model": "base", "seed": -1, "step": h["step"], "dev_loss": h["dev_loss"]} for h in base_history if "dev_loss" in h]
     for seed, res in sorted(results.items()):
         for name, hist in sorted(res["histories"].items()):
-            rows += [{"model": name, "seed": seed, "step": h["step"], "dev_loss": h["dev_loss"]} for h in hist if "dev_loss" in h]
+            rows += [{"model": name, "seed": seed, "step": h["step"], "dev_loss": h["dev_loss"], "dev_success": h.get("dev_success")}
+                     for h in hist if "dev_loss" in h]
     return pd.DataFrame(rows)
 
 

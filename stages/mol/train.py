@@ -39,6 +39,13 @@ def answer_turns(model, tok, adapter: str, world: dict, max_new_tokens: int) -> 
             for x, out in zip(turns, outs)]
 
 
+def verified_share(items: list[dict], tables) -> "callable":
+    """answers → share verified by each item's own capability verifier (the dev-success curve)."""
+    def share(outputs: list[str]) -> float:
+        return sum(W.verify(x["capability"], W.request_from_dict(x), o, tables) for x, o in zip(items, outputs)) / len(items)
+    return share
+
+
 @stage_main
 def main() -> None:
     ap = argparse.ArgumentParser()
@@ -63,7 +70,8 @@ def main() -> None:
         model = lora_model(base, a.rank, a.alpha_over_rank, derive_seed(g, "mol", "lora", cap, args.seed))
         trainable[f"specialist_{cap}"] = trainable_parameters(model)
         histories[f"specialist_{cap}"] = train_on(model, tok, world["train"][cap], world["dev"][cap], a.steps, a.lr, a, ctx,
-                                                  derive_seed(g, "mol", "order", cap, args.seed), a.eval_every, None, f"lora {cap}")
+                                                  derive_seed(g, "mol", "order", cap, args.seed), a.eval_every, None, f"lora {cap}",
+                                                  verified_share(world["dev"][cap], world["tables"]))
         cpu[f"specialist_{cap}"] = time.process_time() - t0
         suite += answer_suite(model, tok, "specialists", [cap], world, mnt)  # oracle routing: its own suite
         turns += answer_turns(model, tok, cap, world, mnt)
@@ -81,7 +89,8 @@ def main() -> None:
         model = make()
         trainable[arm] = trainable_parameters(model)
         histories[arm] = train_on(model, tok, mixture, mixture_dev, n * a.steps, lr, a, ctx,
-                                  derive_seed(g, "mol", "order", arm, args.seed), n * a.eval_every, None, arm)
+                                  derive_seed(g, "mol", "order", arm, args.seed), n * a.eval_every, None, arm,
+                                  verified_share(mixture_dev, world["tables"]))
         cpu[arm] = time.process_time() - t0
         suite += answer_suite(model, tok, arm, W.CAPABILITIES, world, mnt)
         turns += answer_turns(model, tok, arm, world, mnt)

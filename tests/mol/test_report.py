@@ -22,8 +22,8 @@ def _params(**adapters):
 
 
 def _history(steps, start=2.0):
-    return [{"step": s, "loss": 1.0, "dev_loss": start / (1 + 5 * s / steps) if s < steps * 0.6 else start / 4} for s in
-            range(steps // 10, steps + 1, steps // 10)]
+    return [{"step": s, "loss": 1.0, "dev_loss": start / (1 + 5 * s / steps) if s < steps * 0.6 else start / 4,
+             "dev_success": min(1.0, s / (0.5 * steps))} for s in range(steps // 10, steps + 1, steps // 10)]
 
 
 def _results(p, spec_ok: int, single_ok: int, n: int = 10, turn_ok=None):
