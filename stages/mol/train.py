@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Callable
 
 from paperworks.core.io import write_json, write_run_log
 from paperworks.core.lm import load_checkpoint, load_tokenizer
@@ -39,7 +40,7 @@ def answer_turns(model, tok, adapter: str, world: dict, max_new_tokens: int) -> 
             for x, out in zip(turns, outs)]
 
 
-def verified_share(items: list[dict], tables) -> "callable":
+def verified_share(items: list[dict], tables) -> Callable[[list[str]], float]:
     """answers → share verified by each item's own capability verifier (the dev-success curve)."""
     def share(outputs: list[str]) -> float:
         return sum(W.verify(x["capability"], W.request_from_dict(x), o, tables) for x, o in zip(items, outputs)) / len(items)
