@@ -57,7 +57,9 @@ class AdapterParams(StrictModel):
     alpha_over_rank: float = Field(2.0, gt=0, le=16, description="LoRA alpha = this × rank (same scaling for every rank)")
     steps: int = Field(ge=4, le=1_000_000, description="steps of one specialist")
     batch_size: int = Field(32, ge=2, le=1024)
-    lr: float = Field(3e-3, gt=0, le=1)
+    lr: float = Field(1e-2, gt=0, le=1, description="learning rate of a specialist")
+    single_lora_lr: float = Field(3e-3, gt=0, le=1, description=(
+        "learning rate of the one LoRA on the mixture (its own: at the specialists' 1e-2 the rank-32 LoRA diverged in a probe)"))
     full_ft_lr: float = Field(1e-3, gt=0, le=1)
     eval_every: int = Field(ge=1, le=100_000, description="held-out (dev) loss every this many steps of a specialist")
     max_new_tokens: int = Field(64, ge=8, le=512)

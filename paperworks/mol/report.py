@@ -130,7 +130,7 @@ def preconditions(p: Params, rates: pd.DataFrame, results: dict[int, dict], base
     return out
 
 
-C1_PRE = (SPECIALISTS_LEARNED, MODELS_CONVERGED, BASE_CONVERGED, SAME_BUDGET)
+C1_PRE = (SPECIALISTS_LEARNED, MODELS_CONVERGED, MODELS_LEARNED, BASE_CONVERGED, SAME_BUDGET)
 
 
 def claim_specs(p: Params) -> list[ClaimSpec]:
@@ -141,7 +141,7 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
     specs = [
         ClaimSpec(id="specialists_beat_single_lora", role="headline", method="specialists", baseline="single_lora",
                   statement=(f"four LoRA specialists (rank {a.rank}, {a.steps} steps each, oracle routing) beat one LoRA on the "
-                             f"mixture (rank {n * a.rank}, {n * a.steps} steps) in verified success per capability"), **per_cap),
+                             f"mixture (rank {n * a.rank}, {n * a.steps} steps, lr {a.single_lora_lr:g}) in verified success per capability"), **per_cap),
         ClaimSpec(id="router_matches_oracle", role="headline", table="conversation_success", metric="whole-conversation success",
                   method=f"router_{p.router.headline}", baseline="oracle", unit="conversation", cluster="seed",
                   kind="non_inferiority", margin=c.router_margin, preconditions=(SPECIALISTS_LEARNED,),

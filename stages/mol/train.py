@@ -82,7 +82,7 @@ def main() -> None:
     mixture = [x for cap in W.CAPABILITIES for x in world["train"][cap]]
     mixture_dev = [x for cap in W.CAPABILITIES for x in world["dev"][cap]]
     n = len(W.CAPABILITIES)
-    baselines = {"single_lora": (lambda: lora_model(base, n * a.rank, a.alpha_over_rank, derive_seed(g, "mol", "lora", "mixture", args.seed)), a.lr)}
+    baselines = {"single_lora": (lambda: lora_model(base, n * a.rank, a.alpha_over_rank, derive_seed(g, "mol", "lora", "mixture", args.seed)), a.single_lora_lr)}
     if a.full_ft:
         baselines["full_ft"] = (lambda: full_ft_model(base, derive_seed(g, "mol", "full_ft", args.seed)), a.full_ft_lr)
     for arm, (make, lr) in baselines.items():
