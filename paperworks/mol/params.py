@@ -1,0 +1,103 @@
+"""Typed ``params.yaml:mol`` section (validated before any stage does work)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from paperworks.core.lm import LMConfig
+from paperworks.core.params import StrictModel
+
+RouterName = Literal["rules", "tfidf_lr", "minilm_lr"]
+
+
+class WorldParams(StrictModel):
+    """Requests in four formats, single-turn suites and multi-turn conversations (``mol.world``)."""
+
+    train_per_capability: int = Field(ge=8, le=100_000)
+    dev_per_capability: int = Field(ge=4, le=10_000, description="held-out loss curve (the plateau check) of every adapter")
+    test_per_capability: int = Field(ge=4, le=10_000, description="the acceptance suite of each capability")
+    neutral_share: float = Field(0.1, ge=0, le=0.5, description="turns with no cue ('also, …'): continue the previous capability")
+    router_train_conversations: int = Field(ge=4, le=100_000)
+    test_conversations: int = Field(ge=4, le=100_000)
+    turns: tuple[int, int] = (2, 4)
+    hidden_table_sets: int = Field(3, ge=1, le=50, description="hidden tables the coding verifier runs programs on")
+    pretrain_docs: int = Field(ge=50, le=1_000_000, description="generic world corpus of the base (no capability formatting)")
+
+    @model_validator(mode="after")
+    def _turns(self) -> "WorldParams":
+        if not 2 <= self.turns[0] <= self.turns[1] <= 8:
+            raise ValueError(f"turns={self.turns}: need 2 ≤ low ≤ high ≤ 8 (a conversation switches capability)")
+        return self
+
+
+class TokenizerParams(StrictModel):
+    vocab_size: int = Field(500, ge=0, le=20_000, description="BPE vocabulary (0 = characters only)")
+
+
+class BaseParams(StrictModel):
+    """Pre-training of the base LM on the generic corpus; frozen afterwards (``mol.base``)."""
+
+    model: LMConfig
+    steps: int = Field(ge=10, le=1_000_000)
+    batch_size: int = Field(32, ge=2, le=1024)
+    lr: float = Field(3e-3, gt=0, le=1)
+    eval_every: int = Field(ge=1, le=100_000, description="held-out corpus loss logged every this many steps")
+
+
+class AdapterParams(StrictModel):
+    """Four LoRA specialists vs one LoRA on the mixture vs multi-task full fine-tuning (``mol.adapters``).
+
+    The single LoRA has rank ``4 × rank`` (the same trainable parameters as the four specialists
+    together) and ``4 × steps`` steps (the same total steps); full fine-tuning runs ``4 × steps`` too.
+    """
+
+    seeds: list[int] = Field(min_length=1, max_length=20)
+    rank: int = Field(8, ge=1, le=256)
+    alpha_over_rank: float = Field(2.0, gt=0, le=16, description="LoRA alpha = this × rank (same scaling for every rank)")
+    steps: int = Field(ge=4, le=1_000_000, description="steps of one specialist")
+    batch_size: int = Field(32, ge=2, le=1024)
+    lr: float = Field(1e-2, gt=0, le=1, description="learning rate of a specialist")
+    single_lora_lr: float = Field(3e-3, gt=0, le=1, description=(
+        "learning rate of the one LoRA on the mixture (its own: at the specialists' 1e-2 the rank-32 LoRA diverged in a probe)"))
+    full_ft_lr: float = Field(1e-3, gt=0, le=1)
+    eval_every: int = Field(ge=1, le=100_000, description="held-out (dev) loss every this many steps of a specialist")
+    max_new_tokens: int = Field(64, ge=8, le=512)
+    full_ft: bool = Field(True, description="train the multi-task full fine-tuning baseline")
+
+    @model_validator(mode="after")
+    def _seeds(self) -> "AdapterParams":
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds={self.seeds}: must be distinct")
+        return self
+
+
+class RouterParams(StrictModel):
+    """Per-turn routers (``mol.router``): keyword rules, TF-IDF + LR, MiniLM embeddings + LR."""
+
+    methods: list[RouterName] = Field(default_factory=lambda: ["rules", "tfidf_lr", "minilm_lr"], min_length=1)
+    confidence_threshold: float = Field(0.6, ge=0, le=1, description="below it a learned router keeps the previous turn's route")
+    headline: RouterName = Field("tfidf_lr", description="the router the headline router-vs-oracle claim tests")
+
+    @model_validator(mode="after")
+    def _headline(self) -> "RouterParams":
+        if self.headline not in self.methods:
+            raise ValueError(f"headline={self.headline!r}: must be one of methods {self.methods}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods={self.methods}: must be distinct")
+        return self
+
+
+class ClaimsParams(StrictModel):
+    min_own_success: float = Field(0.6, ge=0, le=1, description="each specialist's success on its own suite …")
+    min_gain_over_base: float = Field(0.2, ge=0, le=1, description="… and its gain over the base (precondition)")
+    router_margin: float = Field(0.05, gt=0, le=1, description="non-inferiority margin of router vs oracle routing")
+
+
+class Params(StrictModel):
+    world: WorldParams
+    tokenizer: TokenizerParams = TokenizerParams()
+    base: BaseParams
+    adapters: AdapterParams
+    router: RouterParams = RouterParams()
+    claims: ClaimsParams = ClaimsParams()

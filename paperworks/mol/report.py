@@ -1,0 +1,218 @@
+"""From verified answers to per-unit tables, preconditions and claims (the evidence standard).
+
+Units: C1 (specialists vs one LoRA on the mixture) — unit = capability inside the seed it was trained
+in (each seed trains every model independently): value = verified success rate of that capability's
+test suite. C2 (router → specialist vs oracle routing) — unit = test conversation inside a seed:
+value = 1 when every turn of the conversation was answered correctly.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from paperworks.core.claims import ClaimSpec, EvidenceParams, combine, convergence, learned, precondition, unit_table
+from paperworks.mol.params import Params
+from paperworks.mol.world import CAPABILITIES
+
+ARMS = ("specialists", "single_lora", "full_ft", "base")
+SPECIALISTS_LEARNED = "each specialist learned its capability"
+MODELS_CONVERGED = "every trained model's dev success plateaued"
+MODELS_LEARNED = "every trained model's dev loss fell"
+BASE_CONVERGED = "base pre-training loss plateaued"
+SAME_BUDGET = "baselines had the specialists' parameters and steps"
+
+
+def dev_curve(history: list[dict], key: str = "dev_loss") -> list[float]:
+    """One held-out series of a training run (its logged rows that carry ``key``)."""
+    return [float(h[key]) for h in history if key in h and np.isfinite(h[key])]
+
+
+def success_rates(results: dict[int, dict]) -> pd.DataFrame:
+    """(arm, seed, capability) → success rate, items, contamination rate (answers in another capability's format)."""
+    rows = []
+    for seed, res in sorted(results.items()):
+        df = pd.DataFrame(res["suite"])
+        for (arm, cap), g in df.groupby(["arm", "capability"], sort=True):
+            wrong_format = (g["format"] != cap) & g["format"].isin(CAPABILITIES)
+            rows.append({"arm": arm, "seed": seed, "capability": cap, "success": float(g["success"].mean()),
+                         "contamination": float(wrong_format.mean()), "items": len(g)})
+    return pd.DataFrame(rows)
+
+
+def conversation_success(results: dict[int, dict], routes: dict[str, list[dict]]) -> pd.DataFrame:
+    """(policy, seed, conversation) → 1 when every turn was verified. Policies: oracle routing to the
+    specialists, each router → specialists, and the single LoRA / full FT answering every turn."""
+    rows = []
+    for seed, res in sorted(results.items()):
+        ok = {(t["adapter"], t["conversation"], t["turn"]): bool(t["success"]) for t in res["turns"]}
+        true_cap = {(t["conversation"], t["turn"]): t["capability"] for t in res["turns"]}
+        convs = sorted({c for c, _ in true_cap})
+        turns_of = defaultdict(list)
+        for c, t in sorted(true_cap):
+            turns_of[c].append(t)
+        policies = {"oracle": {k: v for k, v in true_cap.items()}}
+        for method, rs in routes.items():
+            policies[f"router_{method}"] = {(r["conversation"], r["turn"]): r["route"] for r in rs}
+        for policy, route in policies.items():
+            for c in convs:
+                rows.append({"policy": policy, "seed": seed, "conversation": c,
+                             "success": float(all(ok[(route[(c, t)], c, t)] for t in turns_of[c]))})
+        for arm in ("single_lora", "full_ft"):
+            if any(a == arm for a, _, _ in ok):
+                for c in convs:
+                    rows.append({"policy": arm, "seed": seed, "conversation": c,
+                                 "success": float(all(ok[(arm, c, t)] for t in turns_of[c]))})
+    return pd.DataFrame(rows)
+
+
+def routing_accuracy(routes: dict[str, list[dict]]) -> dict[str, dict]:
+    out = {}
+    for method, rs in routes.items():
+        df = pd.DataFrame(rs)
+        later = df[df["turn"] > 0]
+        out[method] = {"turn_accuracy": float((df["route"] == df["capability"]).mean()), "turns": len(df),
+                       "fallback_share": float(df["fallback"].mean()),
+                       "accuracy_after_first_turn": float((later["route"] == later["capability"]).mean()) if len(later) else None}
+    return out
+
+
+def unit_tables(rates: pd.DataFrame, conv: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    tables = {
+        "success": unit_table([{"arm": r.arm, "cluster": r.seed, "unit": r.capability, "value": r.success}
+                               for r in rates.itertuples()]),
+        "contamination": unit_table([{"arm": r.arm, "cluster": r.seed, "unit": r.capability, "value": r.contamination}
+                                     for r in rates.itertuples() if r.arm != "base"]),
+    }
+    if len(conv):
+        tables["conversation_success"] = unit_table([{"arm": r.policy, "cluster": r.seed, "unit": r.conversation, "value": r.success}
+                                                     for r in conv.itertuples()])
+    return tables
+
+
+def preconditions(p: Params, rates: pd.DataFrame, results: dict[int, dict], base_history: list[dict], ev: EvidenceParams) -> list[dict]:
+    """Specialists that learned (≥ min_own_success on their own suite and ≥ min_gain_over_base above the
+    base, for every (capability, seed)), trained models at a plateau, and the budget parity of the baselines."""
+    c = p.claims
+    spec = rates[rates["arm"] == "specialists"].set_index(["seed", "capability"])["success"]
+    base = rates[rates["arm"] == "base"].set_index(["seed", "capability"])["success"]
+    failing = [f"{cap}@seed{s}: {spec[(s, cap)]:.2f} (base {base[(s, cap)]:.2f})" for s, cap in spec.index
+               if spec[(s, cap)] < c.min_own_success or spec[(s, cap)] - base[(s, cap)] < c.min_gain_over_base]
+    worst = float((spec - base).min()) if len(spec) else float("nan")
+    out = [precondition(SPECIALISTS_LEARNED, bool(len(spec)) and not failing, value=round(float(spec.min()), 4) if len(spec) else None,
+                        threshold=c.min_own_success,
+                        detail=(f"every (capability, seed): own-suite success ≥ {c.min_own_success:g} and ≥ {c.min_gain_over_base:g} "
+                                f"above the base; lowest {float(spec.min()):.3f}, smallest gain {worst:.3f}"
+                                + ("; failing: " + ", ".join(failing[:4]) if failing else "")))]
+    conv, fell = [], []
+    for seed, res in sorted(results.items()):
+        for name, hist in sorted(res["histories"].items()):
+            conv.append(convergence(f"{name}@seed{seed}", dev_curve(hist, "dev_success"), ev, lower_is_better=False))
+            fell.append(learned(f"{name}@seed{seed}", dev_curve(hist), 0.05, ev))
+    out.append(combine(MODELS_CONVERGED, conv, "trained models' dev success curves"))
+    out.append(combine(MODELS_LEARNED, fell, "trained models' dev losses (≥ 5 % below their start)"))
+    out.append(convergence(BASE_CONVERGED, dev_curve(base_history), ev))
+    a = p.adapters
+    n = len(CAPABILITIES)
+    mismatch = []
+    for seed, res in sorted(results.items()):
+        tr = res["trainable"]
+        spec_params = sum(tr[f"specialist_{cap}"] for cap in CAPABILITIES)
+        if tr["single_lora"] != spec_params:
+            mismatch.append(f"seed {seed}: single LoRA {tr['single_lora']} vs 4 specialists {spec_params}")
+        steps = {name: h[-1]["step"] for name, h in res["histories"].items()}
+        if steps["single_lora"] != n * a.steps or any(steps[f"specialist_{cap}"] != a.steps for cap in CAPABILITIES):
+            mismatch.append(f"seed {seed}: steps {steps}")
+    out.append(precondition(SAME_BUDGET, not mismatch, value=len(mismatch), threshold=0,
+                            detail=f"single LoRA rank {n * a.rank} = 4 × {a.rank} (same trainable parameters), {n * a.steps} = 4 × {a.steps} steps"
+                            + ("; " + "; ".join(mismatch[:2]) if mismatch else "")))
+    return out
+
+
+C1_PRE = (SPECIALISTS_LEARNED, MODELS_CONVERGED, MODELS_LEARNED, BASE_CONVERGED, SAME_BUDGET)
+
+
+def claim_specs(p: Params) -> list[ClaimSpec]:
+    """The MoL claims, headline first."""
+    a, c = p.adapters, p.claims
+    n = len(CAPABILITIES)
+    per_cap = dict(table="success", metric="verified success rate", unit="capability", cluster="seed", preconditions=C1_PRE)
+    specs = [
+        ClaimSpec(id="specialists_beat_single_lora", role="headline", method="specialists", baseline="single_lora",
+                  statement=(f"four LoRA specialists (rank {a.rank}, {a.steps} steps each, oracle routing) beat one LoRA on the "
+                             f"mixture (rank {n * a.rank}, {n * a.steps} steps, lr {a.single_lora_lr:g}) in verified success per capability"), **per_cap),
+        ClaimSpec(id="router_matches_oracle", role="headline", table="conversation_success", metric="whole-conversation success",
+                  method=f"router_{p.router.headline}", baseline="oracle", unit="conversation", cluster="seed",
+                  kind="non_inferiority", margin=c.router_margin, preconditions=(SPECIALISTS_LEARNED,),
+                  statement=(f"routing each turn with {p.router.headline} (fallback below confidence "
+                             f"{p.router.confidence_threshold:g}) is non-inferior to oracle routing by {c.router_margin:g} "
+                             "in whole-conversation success")),
+        ClaimSpec(id="specialists_beat_base", method="specialists", baseline="base",
+                  statement="the specialists beat the frozen base they sit on", **per_cap),
+        ClaimSpec(id="specialists_less_contamination", table="contamination", metric="answers in another capability's format",
+                  method="specialists", baseline="single_lora", unit="capability", cluster="seed", higher_is_better=False,
+                  preconditions=C1_PRE, statement="the specialists answer in another capability's format less often than one LoRA on the mixture"),
+    ]
+    if a.full_ft:
+        specs.append(ClaimSpec(id="specialists_beat_full_ft", method="specialists", baseline="full_ft",
+                               statement=f"the specialists beat multi-task full fine-tuning ({n * a.steps} steps) per capability", **per_cap))
+    for method in p.router.methods:
+        if method != p.router.headline:
+            specs.append(ClaimSpec(id=f"router_{method}_matches_oracle", table="conversation_success", metric="whole-conversation success",
+                                   method=f"router_{method}", baseline="oracle", unit="conversation", cluster="seed",
+                                   kind="non_inferiority", margin=c.router_margin, preconditions=(SPECIALISTS_LEARNED,),
+                                   statement=f"routing with {method} is non-inferior to oracle routing by {c.router_margin:g}"))
+    specs.append(ClaimSpec(id="routed_specialists_beat_single_lora_conversations", table="conversation_success",
+                           metric="whole-conversation success", method=f"router_{p.router.headline}", baseline="single_lora",
+                           unit="conversation", cluster="seed", preconditions=C1_PRE,
+                           statement=f"{p.router.headline} → specialists beats one LoRA on the mixture on whole conversations"))
+    return specs
+
+
+def summary(rates: pd.DataFrame, conv: pd.DataFrame, routes: dict[str, list[dict]], results: dict[int, dict]) -> dict:
+    per_arm = {}
+    for arm, g in rates.groupby("arm", sort=True):
+        per_arm[arm] = {"success": float(g["success"].mean()), "contamination": float(g["contamination"].mean()),
+                        "per_capability": {cap: float(h["success"].mean()) for cap, h in g.groupby("capability")}}
+    first = next(iter(results.values()))
+    return {
+        "arms": per_arm,
+        "conversations": {pol: float(g["success"].mean()) for pol, g in conv.groupby("policy")} if len(conv) else {},
+        "routing": routing_accuracy(routes),
+        "trainable_parameters": first["trainable"],
+        "train_cpu_s": {str(s): r.get("cpu_s", {}) for s, r in sorted(results.items())},
+        "seeds": sorted(results),
+    }
+
+
+def dev_loss_frame(results: dict[int, dict], base_history: list[dict]) -> pd.DataFrame:
+    """Long table of dev curves (plot CSV): model, seed, step, dev_loss, dev_success (empty for the base)."""
+    rows = [{"model": "base", "seed": -1, "step": h["step"], "dev_loss": h["dev_loss"]} for h in base_history if "dev_loss" in h]
+    for seed, res in sorted(results.items()):
+        for name, hist in sorted(res["histories"].items()):
+            rows += [{"model": name, "seed": seed, "step": h["step"], "dev_loss": h["dev_loss"], "dev_success": h.get("dev_success")}
+                     for h in hist if "dev_loss" in h]
+    return pd.DataFrame(rows)
+
+
+def plot_success(rates: pd.DataFrame, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    arms = [a for a in ARMS if a in set(rates["arm"])]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.8 / len(arms)
+    for i, arm in enumerate(arms):
+        g = rates[rates["arm"] == arm].groupby("capability")["success"]
+        means, sds = g.mean().reindex(CAPABILITIES), g.std().reindex(CAPABILITIES).fillna(0)
+        ax.bar(np.arange(len(CAPABILITIES)) + i * width, means, width, yerr=sds, label=arm)
+    ax.set_xticks(np.arange(len(CAPABILITIES)) + 0.4 - width / 2, CAPABILITIES)
+    ax.set_ylabel("verified success (mean ± sd over seeds)")
+    ax.set_ylim(0, 1.05)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)

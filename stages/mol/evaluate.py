@@ -1,0 +1,51 @@
+"""Stage mol_evaluate: per-(capability, seed) success and contamination, whole-conversation success
+per routing policy, preconditions, claims, the success plot and the dev-loss curves."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, load_evidence, write_unit_tables
+from paperworks.core.io import atomic_path, read_json, write_json, write_text
+from paperworks.core.params import global_seed, load_section, read_params_file
+from paperworks.core.stage import stage_main
+from paperworks.mol import report
+from paperworks.mol.artifacts import BASE_HISTORY, PLOTS, ROUTER, read_seed_results
+from paperworks.mol.params import Params
+
+METRICS = Path("metrics/mol.json")
+
+
+@stage_main
+def main() -> None:
+    p = load_section("mol", Params)
+    ev = load_evidence()
+    raw = read_params_file()
+    seed = global_seed(raw)
+    results = {s: read_seed_results(s) for s in p.adapters.seeds}
+    routes = read_json(ROUTER / "routes.json")["routes"]
+    base_history = read_json(BASE_HISTORY)
+    rates = report.success_rates(results)
+    conv = report.conversation_success(results, routes)
+    tables = report.unit_tables(rates, conv)
+    pre = report.preconditions(p, rates, results, base_history, ev)
+    claims = evaluate_claims(report.claim_specs(p), tables, pre, ev, seed=seed, track="mol")
+    write_unit_tables("mol", tables)
+    write_text(PLOTS / "success.csv", rates.to_csv(index=False, float_format="%.6g"))
+    write_text(PLOTS / "dev_loss.csv", report.dev_loss_frame(results, base_history).to_csv(index=False, float_format="%.6g"))
+    with atomic_path(PLOTS / "success.png") as tmp:
+        report.plot_success(rates, tmp)
+    write_json(METRICS, {
+        "profile": raw.get("profile"),
+        "claims": claims,
+        "claim_summary": claim_summary(claims),
+        "evidence": evidence_block(ev, seed),
+        "summary": report.summary(rates, conv, routes, results),
+        "preconditions": pre,
+        "training_runs": len(results),
+    })
+    for c in claims:
+        print(f"{c['id']}: {c['verdict']}  ({c['method_mean']} vs {c['baseline_mean']})")
+
+
+if __name__ == "__main__":
+    main()
