@@ -56,3 +56,6 @@ def read_tokens(root: Path = FEATURES) -> dict[str, torch.Tensor]:
     if bad:
         raise ArtifactError(f"{root / 'tokens.safetensors'}: non-finite values in {bad}")
     return {k: v.float() for k, v in t.items()}
+
+VOLUMES = Path("data/encoder_fusion/volumes")
+VOLUME_VQA = Path("data/encoder_fusion/volume_vqa")

@@ -15,6 +15,8 @@ Modality = Literal["xray", "path"]
 MODALITIES: tuple[str, ...] = ("xray", "path")
 Fusion = Literal["foundation", "parallel", "cascade"]
 FUSIONS: tuple[str, ...] = ("foundation", "parallel", "cascade")
+VolumeArm = Literal["anchored", "sampled", "encoder3d"]
+VOLUME_ARMS: tuple[str, ...] = ("anchored", "sampled", "encoder3d")
 
 
 class WorldParams(StrictModel):
@@ -93,10 +95,49 @@ class PanelParams(StrictModel):
     tagger_sentences: int = Field(2000, ge=50, le=100_000, description="annotated sentences the finding tagger trains on (separate set)")
 
 
+class VolumeParams(StrictModel):
+    """Comparison 2: CT-like volumes (D slices of S × S) with lesions spanning 1–3 slices; 2D-anchored
+    depth-aware fusion vs k sampled slices vs a 3D encoder with its own projector, trained end to end
+    per (arm, seed) on 3D VQA (presence and type of a lesion per named region)."""
+
+    depth: int = Field(16, ge=4, le=128, description="slices per volume")
+    size: int = Field(32, ge=32, le=256, description="slice height = width (pixels, multiple of 32)")
+    n_train: int = Field(ge=8, le=20_000, description="training volumes")
+    n_dev: int = Field(ge=4, le=5000, description="dev volumes (the plateau curves, checkpoint selection)")
+    n_test: int = Field(ge=4, le=5000, description="test volumes")
+    max_lesions: int = Field(2, ge=1, le=4, description="lesions per volume: 0..max, in distinct regions")
+    contrast: int = Field(40, ge=10, le=100, description="lesion amplitude (grey levels)")
+    noise: float = Field(6.0, ge=0, le=30, description="voxel noise (grey levels, standard deviation)")
+    k_slices: int = Field(6, ge=1, le=128, description="slices the 'sampled' arm sees (evenly spaced, first and last included)")
+    arms: list[VolumeArm] = Field(default_factory=lambda: list(VOLUME_ARMS), min_length=2)
+    seeds: int = Field(3, ge=1, le=50, description="independent trainings of each arm (the claims' clusters)")
+    widths: list[int] = Field(default_factory=lambda: [8, 16, 32], min_length=3, max_length=3)
+    d_model: int = Field(32, ge=8, le=512)
+    steps: int = Field(ge=10, le=100_000)
+    batch_size: int = Field(16, ge=2, le=1024, description="volumes per step (every question of each)")
+    lr: float = Field(3e-3, gt=0, le=1)
+    log_every: int = Field(20, ge=1, le=10_000)
+
+    @model_validator(mode="after")
+    def _check(self) -> "VolumeParams":
+        if self.size % 32:
+            raise ValueError(f"size={self.size}: must be a multiple of 32 (4-pixel patches, two stride-2 layers, ≥ 2 × 2 cells for 2 × 2 regions)")
+        if self.k_slices >= self.depth:
+            raise ValueError(f"k_slices={self.k_slices}: must be below depth={self.depth} (otherwise nothing is sampled away)")
+        if self.depth % 4:
+            raise ValueError(f"depth={self.depth}: must be a multiple of 4 (the 3D encoder's two stride-2 layers)")
+        if "anchored" not in self.arms or "sampled" not in self.arms:
+            raise ValueError(f"arms {self.arms}: need at least 'anchored' and 'sampled' (the claims compare them)")
+        if len(set(self.arms)) != len(self.arms):
+            raise ValueError(f"arms {self.arms}: repeated entry")
+        return self
+
+
 class ClaimsParams(StrictModel):
     min_specialist_gain: float = Field(0.15, ge=0, le=1, description="specialist − foundation small-lesion detection accuracy")
     min_rel_improvement: float = Field(0.05, ge=0, le=1, description="a training loss must leave its start by this much")
     min_tagger_accuracy: float = Field(0.9, ge=0, le=1, description="field accuracy of the finding tagger on held-out sentences")
+    min_thin_missed: float = Field(0.3, ge=0, le=1, description="share of thin (1-slice) test lesions absent from the k sampled slices")
 
 
 class Params(StrictModel):
@@ -105,4 +146,5 @@ class Params(StrictModel):
     specialist: SpecialistParams
     head: HeadParams
     panel: PanelParams
+    volume: VolumeParams
     claims: ClaimsParams = ClaimsParams()

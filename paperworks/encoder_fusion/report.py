@@ -114,3 +114,79 @@ def accuracy_plot_table(pred: pd.DataFrame) -> pd.DataFrame:
             rows.append({"fusion": fusion, "seed": int(seed), "modality": m, "subset": "small_lesion",
                          "accuracy": g[g["small"]]["correct"].mean()})
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ comparison 2: CT-like volumes
+VOLUME_PRE = ("sampled slices miss thin lesions", "every volume model converged", "every volume model learned")
+
+
+def volume_units(pred: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Test questions nested in the seed that trained the arm: arm = volume arm, cluster = seed, unit = question.
+    ``thin_lesion_recall``: presence questions on regions whose lesion spans one slice (correct = recalled)."""
+    def table(d: pd.DataFrame) -> pd.DataFrame:
+        return unit_table(d.rename(columns={"seed": "cluster", "key": "unit", "correct": "value"}))
+
+    return {"volume_vqa_accuracy": table(pred),
+            "thin_lesion_recall": table(pred[(pred["qtype"] == "presence") & (pred["span"] == 1)])}
+
+
+def volume_preconditions(p: Params, world: dict, hist: dict, ev: EvidenceParams) -> list[dict]:
+    share = world["thin_missed_share"]
+    curves, used = {}, {}
+    for run, rows in sorted(hist.items()):
+        name = f"volume {run} (dev loss)"
+        curves[name] = [r["dev_loss"] for r in rows]
+        last = max([i for i, r in enumerate(rows) if r.get("selected")], default=len(rows) - 1)
+        used[name] = curves[name][:last + 1]
+    return [
+        precondition(VOLUME_PRE[0], bool(np.isfinite(share) and share >= p.claims.min_thin_missed), value=round(share, 4),
+                     threshold=p.claims.min_thin_missed,
+                     detail=f"{world['n_thin_test_lesions']} thin (1-slice) test lesions; sampled slices {world['sampled_slices']} "
+                            f"of {p.volume.depth}"),
+        combine(VOLUME_PRE[1], [convergence(k, v, ev) for k, v in curves.items()], "volume training curves"),
+        combine(VOLUME_PRE[2], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in used.items()],
+                "volume training curves (up to the checkpoint in use)"),
+    ]
+
+
+def volume_claim_specs(p: Params) -> list[ClaimSpec]:
+    """Comparison 2 (exploratory role): anchored vs sampled on 3D VQA and thin-lesion recall; vs the 3D encoder."""
+    v = p.volume
+    common = dict(unit="question", cluster="seed", preconditions=VOLUME_PRE)
+    specs = [ClaimSpec(id="anchored_vs_sampled_3d", table="volume_vqa_accuracy", metric="3D VQA accuracy", method="anchored",
+                       baseline="sampled", statement=f"2D-anchored depth-aware fusion beats {v.k_slices} sampled slices of "
+                                                     f"{v.depth} on 3D VQA ({v.seeds} seeds)", **common),
+             ClaimSpec(id="anchored_vs_sampled_thin_recall", table="thin_lesion_recall", metric="small-lesion recall",
+                       method="anchored", baseline="sampled",
+                       statement=f"2D-anchored fusion recalls thin (1-slice) lesions better than {v.k_slices} sampled slices", **common)]
+    if "encoder3d" in v.arms:
+        specs.append(ClaimSpec(id="anchored_vs_encoder3d_3d", table="volume_vqa_accuracy", metric="3D VQA accuracy",
+                               method="anchored", baseline="encoder3d",
+                               statement="2D-anchored fusion beats a 3D encoder with its own projector on 3D VQA", **common))
+    return specs
+
+
+def volume_summary(pred: pd.DataFrame, hist: dict) -> dict:
+    out = {}
+    for arm, g in pred.groupby("arm"):
+        thin = g[(g["qtype"] == "presence") & (g["span"] == 1)]
+        thick = g[(g["qtype"] == "presence") & (g["span"] > 1)]
+        out[arm] = {"vqa_accuracy": round(float(g.groupby("seed")["correct"].mean().mean()), 4),
+                    "thin_lesion_recall": round(float(thin.groupby("seed")["correct"].mean().mean()), 4) if len(thin) else None,
+                    "thicker_lesion_recall": round(float(thick.groupby("seed")["correct"].mean().mean()), 4) if len(thick) else None,
+                    "selected_step_mean": float(np.mean([next((r for r in h if r.get("selected")), h[-1])["step"]
+                                                         for run, h in hist.items() if run.rsplit("-", 1)[0] == arm]))}
+    gates = [next((r for r in h if r.get("selected")), h[-1]).get("gate_depth") for h in hist.values()]
+    gates = [x for x in gates if x is not None]
+    return {"arms": out, "final_depth_gate_mean": round(float(np.mean(gates)), 4) if gates else None}
+
+
+def volume_plot_table(pred: pd.DataFrame) -> pd.DataFrame:
+    """Per arm × seed × subset (all questions; presence on thin / thicker lesions): test accuracy."""
+    rows = []
+    for (arm, seed), g in pred.groupby(["arm", "seed"]):
+        pres = g[g["qtype"] == "presence"]
+        for subset, d in (("all", g), ("thin_lesion_recall", pres[pres["span"] == 1]), ("thicker_lesion_recall", pres[pres["span"] > 1])):
+            if len(d):
+                rows.append({"arm": arm, "seed": int(seed), "subset": subset, "accuracy": d["correct"].mean()})
+    return pd.DataFrame(rows)

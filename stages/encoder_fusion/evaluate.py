@@ -7,7 +7,7 @@ from paperworks.core.io import read_json, read_parquet, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion import report
-from paperworks.encoder_fusion.artifacts import FEATURES, METRICS, MODELS, PANEL, PLOTS, VQA
+from paperworks.encoder_fusion.artifacts import FEATURES, METRICS, MODELS, PANEL, PLOTS, VOLUME_VQA, VOLUMES, VQA
 from paperworks.encoder_fusion.params import Params
 
 
@@ -23,13 +23,17 @@ def main() -> None:
     probe = read_json(FEATURES / "detection_probe.json")
     tau = read_parquet(PANEL / "tau.parquet")
     panel = read_json(PANEL / "panel.json")
-    units = {**report.vqa_units(pred), **report.panel_units(tau)}
-    pre = report.preconditions(p, probe, enc_hist, vqa_hist, panel, ev)
-    claims = evaluate_claims(report.claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
+    vol_pred = read_parquet(VOLUME_VQA / "predictions.parquet")
+    vol_hist = read_json(VOLUME_VQA / "histories.json")
+    vol_world = read_json(VOLUMES / "world.json")
+    units = {**report.vqa_units(pred), **report.panel_units(tau), **report.volume_units(vol_pred)}
+    pre = report.preconditions(p, probe, enc_hist, vqa_hist, panel, ev) + report.volume_preconditions(p, vol_world, vol_hist, ev)
+    claims = evaluate_claims(report.claim_specs(p) + report.volume_claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
     write_unit_tables("encoder_fusion", units)
     write_text(PLOTS / "vqa_accuracy.csv", report.accuracy_plot_table(pred).to_csv(index=False, float_format="%.6g"))
     agree = tau.groupby("metric", as_index=False)["tau"].mean().rename(columns={"tau": "mean_tau"})
     write_text(PLOTS / "metric_agreement.csv", agree.to_csv(index=False, float_format="%.6g"))
+    write_text(PLOTS / "volume_vqa.csv", report.volume_plot_table(vol_pred).to_csv(index=False, float_format="%.6g"))
     write_json(METRICS, {
         "profile": raw.get("profile"),
         "synthetic": "every case, report, system and rater is simulated; no claim is clinical",
@@ -39,6 +43,7 @@ def main() -> None:
         "summary": report.summary(pred, vqa_hist, tau),
         "detection_probe": probe,
         "panel": panel,
+        "volume": {**report.volume_summary(vol_pred, vol_hist), "world": vol_world, "training_runs": p.volume.seeds},
         "preconditions": pre,
         "training_runs": p.head.seeds,
     })

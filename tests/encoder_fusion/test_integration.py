@@ -29,5 +29,19 @@ def test_smoke_pipeline(smoke_repo):
     plot = pd.read_csv(smoke_repo / "plots/encoder_fusion/vqa_accuracy.csv")
     assert set(plot["fusion"]) == {"foundation", "parallel", "cascade"} and plot["accuracy"].between(0, 1).all()
     assert set(metrics["summary"]["final_gates_mean"]) == {"gate_xray", "gate_path"}
+    # comparison 2 (CT-like volumes): every arm × seed answered the same test questions; thin-lesion recall
+    # is read on presence questions only; the precondition records the sampled slices' miss rate
+    vol = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/volume_vqa_accuracy.csv")
+    assert set(vol["arm"]) == {"anchored", "sampled", "encoder3d"} and vol["cluster"].nunique() == 2
+    assert vol.groupby(["arm", "cluster"])["unit"].apply(frozenset).nunique() == 1
+    thin = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/thin_lesion_recall.csv")
+    assert thin["unit"].str.contains("|presence|", regex=False).all() and set(thin["unit"]) < set(vol["unit"])
+    assert {"anchored_vs_sampled_3d", "anchored_vs_sampled_thin_recall", "anchored_vs_encoder3d_3d"} <= set(claims)
+    assert claims["anchored_vs_sampled_thin_recall"]["metric"] == "small-lesion recall"
+    pre = {p["name"]: p for p in metrics["preconditions"]}
+    world = metrics["volume"]["world"]
+    assert pre["sampled slices miss thin lesions"]["value"] == pytest.approx(world["thin_missed_share"], abs=1e-4)
+    assert world["sampled_slices"] == [0, 4, 7] and 0 <= world["thin_missed_share"] <= 1
+    assert set(metrics["volume"]["arms"]) == {"anchored", "sampled", "encoder3d"}
     out = dvc(smoke_repo, "repro", "--glob", "encoder_fusion_*").stdout  # a second repro has nothing to do
     assert "didn't change" in out or "up to date" in out.lower()
