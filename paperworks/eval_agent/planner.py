@@ -176,6 +176,36 @@ def scripted_records(s: StepState, dim: str, aspects: tuple[str, ...]) -> list[d
     return out
 
 
+def build_records(outcomes, p, seed: int):
+    """The scripted planner's sessions on the population generators, unrolled into step records (a DataFrame).
+
+    Population generators are never evaluated: the planner is trained on other models than those
+    it is scored on. The last ``planner.heldout_generators`` generators' records only feed the
+    held-out loss (the plateau check)."""
+    import pandas as pd
+
+    from paperworks.core.seeding import derive_seed
+    from paperworks.eval_agent.artifacts import RECORD_SCHEMA
+    from paperworks.eval_agent.report import levels, pools
+    from paperworks.eval_agent.world import STRATA
+
+    edges = levels(outcomes, p.zoo.dims)
+    population = sorted(outcomes.loc[outcomes["role"] == "population", "model"].unique(), key=lambda m: int(m[3:]))
+    heldout = set(population[-p.planner.heldout_generators:])
+    rows = []
+    for gen in population:
+        for dim in p.zoo.dims:
+            pool = pools(outcomes, gen, "a", dim)
+            weights = np.bincount(pool.stratum, minlength=len(STRATA[dim])) / len(pool.stratum)
+            for rep in range(p.planner.trace_repeats):
+                rng = np.random.default_rng(derive_seed(seed, "eval_agent", "trace", gen, dim, rep))
+                s = StepState.start(pool, weights, edges[dim], p.agent, rng)
+                for k, r in enumerate(scripted_records(s, dim, STRATA[dim])):
+                    rows.append({"split": "heldout" if gen in heldout else "train", "generator": gen, "dim": dim,
+                                 "repeat": rep, "step": k, **r})
+    return pd.DataFrame(rows, columns=RECORD_SCHEMA.names)
+
+
 def rollout(model, tok, states: list[StepState], dims: list[str], aspects: list[tuple[str, ...]], max_new_tokens: int,
             seed: int) -> tuple[list[dict], list[dict]]:
     """Drive every session with the trained planner, all sessions' steps decoded as one batch (greedy).
@@ -223,5 +253,5 @@ def rollout(model, tok, states: list[StepState], dims: list[str], aspects: list[
         step += 1
 
 
-__all__ = ["rollout", "StepState", "prompt_text", "scripted_action", "completion_text", "parse_action", "validate", "fallback_action",
+__all__ = ["build_records", "rollout", "StepState", "prompt_text", "scripted_action", "completion_text", "parse_action", "validate", "fallback_action",
            "scripted_records"]

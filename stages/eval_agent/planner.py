@@ -1,4 +1,9 @@
-"""Stage eval_agent_planner: SFT of a tiny ``core/lm`` planner on the step records, then its rollouts.
+"""Stage eval_agent_planner: the scripted planner's step records, SFT of a tiny ``core/lm`` planner on them, its rollouts.
+
+Records: the scripted planner's sessions on population generators, one record per decision
+(instruction, history, observation → reasoning + JSON action, as EA-CoT's instruction / history /
+<think> / <information> steps), written to ``data/eval_agent/planner/records.parquet``. (One stage,
+not two: a separate records stage cost ≈ 5 CPU-s of imports per run in CI's smoke test.)
 
 The rollouts are the scripted agent's evaluation sessions (same models, pools, seeds and sample
 queues as ``eval_agent_evaluate``'s agent arm), in-family and on the held-out family C, driven by
@@ -19,9 +24,8 @@ from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
 from paperworks.eval_agent.artifacts import (LIVE_PLANNER, PLANNER, PLANNER_TOKENIZER, PLANNER_WEIGHTS, RECORD_SCHEMA, ROLLOUT_SCHEMA,
                                              read_outcomes)
-from paperworks.core.io import read_parquet
 from paperworks.eval_agent.params import Params
-from paperworks.eval_agent.planner import StepState, rollout
+from paperworks.eval_agent.planner import StepState, build_records, rollout
 from paperworks.eval_agent.report import levels, pools
 from paperworks.eval_agent.world import STRATA
 
@@ -32,8 +36,9 @@ def main() -> None:
     q = p.planner
     seed = global_seed(read_params_file())
     torch.set_num_threads(1)
-    records = read_parquet(PLANNER / "records.parquet", RECORD_SCHEMA)
     outcomes = read_outcomes()
+    records = build_records(outcomes, p, seed)
+    write_parquet(PLANNER / "records.parquet", records, RECORD_SCHEMA)
     train, held = records[records["split"] == "train"], records[records["split"] == "heldout"]
     tok = train_tokenizer(list(train["prompt"] + train["completion"]), vocab_size=q.vocab_size)
     cfg = LMConfig(hidden_size=q.hidden, num_layers=q.layers, num_heads=q.heads, intermediate_size=q.hidden * 8 // 3,
@@ -81,7 +86,8 @@ def main() -> None:
                                           "decisions": decisions, "invalid": invalid,
                                           "fallbacks": sum(c["fallbacks"] for c in counts), "invalid_log": log[:200],
                                           "final_heldout_loss": history[-1].get("heldout_loss")})
-    print(f"planner: {len(train)} train records, held-out loss {history[-1].get('heldout_loss'):.4f}; "
+    print(f"planner: {len(records)} step records from {records.groupby(['generator', 'dim', 'repeat']).ngroups} scripted sessions, "
+          f"{len(train)} train records, held-out loss {history[-1].get('heldout_loss'):.4f}; "
           f"{decisions} decisions, {invalid} invalid first tries, {sum(c['fallbacks'] for c in counts)} fallbacks")
 
 
