@@ -54,3 +54,23 @@ def read_outcomes(root: Path = BENCH) -> pd.DataFrame:
     if bad.any():
         raise ArtifactError(f"{root / 'outcomes.parquet'}: {int(bad.sum())} verdicts are not 0/1")
     return df
+
+PLANNER = DATA / "planner"
+PLANNER_WEIGHTS = MODELS / "planner.safetensors"
+PLANNER_TOKENIZER = MODELS / "planner_tokenizer.json"
+LIVE_PLANNER = PLOTS / "live_planner"
+RECORD_SCHEMA = pa.schema([("split", pa.string()), ("generator", pa.string()), ("dim", pa.string()), ("repeat", pa.int64()),
+                           ("step", pa.int64()), ("instruction", pa.string()), ("history", pa.string()), ("observation", pa.string()),
+                           ("reasoning", pa.string()), ("action", pa.string()), ("prompt", pa.string()), ("completion", pa.string())])
+ROLLOUT_SCHEMA = pa.schema([("model", pa.string()), ("family", pa.string()), ("role", pa.string()), ("dim", pa.string()),
+                            ("repeat", pa.int64()), ("level", pa.int64()), ("n", pa.int64()), ("estimate", pa.float64()),
+                            ("rounds", pa.int64()), ("reason", pa.string()), ("decisions", pa.int64()), ("invalid", pa.int64()),
+                            ("retried_ok", pa.int64()), ("fallbacks", pa.int64())])
+
+
+def read_rollouts(root: Path = PLANNER) -> pd.DataFrame:
+    df = read_parquet(root / "rollouts.parquet", ROLLOUT_SCHEMA)
+    bad = (df["invalid"] != df["retried_ok"] + df["fallbacks"]) | (df["invalid"] > df["decisions"]) | ~df["level"].between(0, 4)
+    if bad.any():
+        raise ArtifactError(f"{root / 'rollouts.parquet'}: {int(bad.sum())} rows with inconsistent action counts or levels")
+    return df

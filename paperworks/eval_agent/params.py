@@ -48,16 +48,35 @@ class AgentParams(StrictModel):
     repeats: int = Field(5, ge=1, le=100, description="sessions per (model, dimension)")
 
 
+class PlannerParams(StrictModel):
+    """The trained planner: step records of scripted sessions on population generators → SFT of a tiny ``core/lm`` model."""
+
+    trace_repeats: int = Field(4, ge=1, le=200, description="scripted sessions per (population generator, dimension) that become step records")
+    heldout_generators: int = Field(2, ge=1, le=100, description="population generators whose records only feed the held-out loss curve")
+    vocab_size: int = Field(320, ge=0, le=4000, description="BPE vocabulary (0 = characters only)")
+    hidden: int = Field(96, ge=16, le=1024)
+    layers: int = Field(3, ge=1, le=12)
+    heads: int = Field(4, ge=1, le=16)
+    max_positions: int = Field(256, ge=64, le=2048)
+    steps: int = Field(1200, ge=10, le=100_000)
+    batch_size: int = Field(32, ge=2, le=512)
+    lr: float = Field(3e-3, gt=0, le=1)
+    eval_every: int = Field(50, ge=1, le=10_000)
+    max_new_tokens: int = Field(48, ge=8, le=256, description="tokens a decision may take (reasoning line + JSON action)")
+
+
 class ClaimsParams(StrictModel):
     within_one_margin: float = Field(0.10, gt=0, le=1, description="non-inferiority margin of the agent vs a full-benchmark rerun (within-one agreement)")
     min_tool_accuracy: float = Field(0.95, gt=0, le=1, description="tool verdict vs renderer truth, per known family and dimension")
     min_rel_improvement: float = Field(0.2, ge=0, le=1, description="the tool's held-out loss must leave its start by this much")
+    min_valid_action_rate: float = Field(0.9, gt=0, le=1, description="share of the trained planner's first-try actions that must be valid for its claims")
 
 
 class Params(StrictModel):
     zoo: ZooParams = ZooParams()
     tools: ToolParams
     agent: AgentParams = AgentParams()
+    planner: PlannerParams = PlannerParams()
     claims: ClaimsParams = ClaimsParams()
 
     @model_validator(mode="after")
@@ -67,6 +86,11 @@ class Params(StrictModel):
         if cap > pool:
             raise ValueError(f"agent.batch_size × agent.max_rounds = {cap} exceeds one dimension's benchmark "
                              f"(zoo.prompts_per_dim × zoo.samples_per_prompt = {pool}): the agent could need more samples than exist")
+        if self.planner.heldout_generators >= self.zoo.n_population:
+            raise ValueError(f"planner.heldout_generators = {self.planner.heldout_generators} leaves no population generator "
+                             f"for training records (zoo.n_population = {self.zoo.n_population})")
+        if self.planner.hidden % self.planner.heads:
+            raise ValueError(f"planner.hidden = {self.planner.hidden} is not a multiple of planner.heads = {self.planner.heads}")
         if len(set(self.zoo.dims)) != len(self.zoo.dims):
             raise ValueError(f"zoo.dims: items must be distinct (got {self.zoo.dims})")
         return self

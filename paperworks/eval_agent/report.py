@@ -21,6 +21,10 @@ CURVE = "plots/eval_agent/live_tools/plots/metrics/heldout_loss.tsv"
 TOOLS_OK = "tools read the known families' benchmark samples like the renderer"
 TOOLS_CONVERGED = "tool heads converged (held-out plateau)"
 TOOLS_LEARNED = "tool heads learned (held-out loss left its start)"
+PLANNER_CURVE = "plots/eval_agent/live_planner/plots/metrics/heldout_loss.tsv"
+PLANNER_CONVERGED = "planner SFT converged (held-out plateau)"
+PLANNER_LEARNED = "planner SFT learned (held-out loss left its start)"
+PLANNER_VALID = "the trained planner's first-try actions are valid"
 
 
 def pools(outcomes: pd.DataFrame, model: str, run: str, dim: str) -> Pool:
@@ -129,6 +133,79 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
                   "spearman", "Spearman of the model ranking", "agent", "full_rerun", kind="non_inferiority", margin=0.2,
                   unit="dimension × repeat", cluster=None, preconditions=tools),
     ]
+
+
+def planner_sessions(df: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
+    """The trained planner's sessions beside the scripted agent's, joined on (model, dimension, repeat)."""
+    agent = df[df["arm"] == "agent"].set_index(["model", "dim", "repeat"])
+    r = rollouts.set_index(["model", "dim", "repeat"])
+    missing = agent.index.difference(r.index)
+    if len(missing):
+        from paperworks.core.io import ArtifactError
+        raise ArtifactError(f"data/eval_agent/planner/rollouts.parquet: {len(missing)} agent sessions have no planner rollout "
+                            f"(first: {missing[0]}); rerun eval_agent_planner")
+    r = r.loc[agent.index]
+    out = agent[["family", "role", "truth_score", "truth_level"]].copy()
+    out["planner_level"], out["agent_level"] = r["level"], agent["level"]
+    out["planner_n"], out["agent_n"] = r["n"], agent["n"]
+    for arm in ("planner", "agent"):
+        out[f"{arm}_exact"] = (out[f"{arm}_level"] == out["truth_level"]).astype(float)
+        out[f"{arm}_within_one"] = ((out[f"{arm}_level"] - out["truth_level"]).abs() <= 1).astype(float)
+    out["same_level"] = (out["planner_level"] == out["agent_level"]).astype(float)
+    for c in ("decisions", "invalid", "retried_ok", "fallbacks"):
+        out[c] = r[c]
+    return out.reset_index()
+
+
+def planner_units(ps: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per-session within-one agreement of the trained and the scripted planner (models as clusters)."""
+    tables = {}
+    for role, suffix in (("in_family", ""), ("held_out", "_heldout")):
+        d = ps[ps["role"] == role]
+        unit = d["dim"] + "/r" + d["repeat"].astype(str)
+        tables["planner_within_one" + suffix] = unit_table(pd.concat([
+            pd.DataFrame({"arm": arm, "cluster": d["model"], "unit": unit, "value": d[f"{arm}_within_one"]}) for arm in ("planner", "agent")]))
+    return tables
+
+
+def planner_preconditions(ps: pd.DataFrame, curve: list[float], p: Params, ev) -> list[dict]:
+    from paperworks.core.claims import convergence, learned
+
+    rate = 1 - ps["invalid"].sum() / max(int(ps["decisions"].sum()), 1)
+    return [convergence(PLANNER_CONVERGED, curve, ev), learned(PLANNER_LEARNED, curve, p.claims.min_rel_improvement, ev),
+            precondition(PLANNER_VALID, bool(rate >= p.claims.min_valid_action_rate), round(float(rate), 4), p.claims.min_valid_action_rate,
+                         f"{int(ps['decisions'].sum() - ps['invalid'].sum())} of {int(ps['decisions'].sum())} decisions valid at the first try; "
+                         f"{int(ps['retried_ok'].sum())} fixed by the retry, {int(ps['fallbacks'].sum())} fell back to the neutral rule")]
+
+
+def planner_claim_specs(p: Params) -> list[ClaimSpec]:
+    planner = (PLANNER_CONVERGED, PLANNER_LEARNED, PLANNER_VALID)
+    m = p.claims.within_one_margin
+    return [
+        ClaimSpec("planner_vs_scripted", f"the trained planner places an in-family model within one level of the full benchmark as often "
+                  f"as the scripted planner it was trained on (margin {m:g})", "planner_within_one", "within_one", "planner", "agent",
+                  kind="non_inferiority", margin=m, unit="session", cluster="model",
+                  preconditions=(TOOLS_OK, TOOLS_CONVERGED, TOOLS_LEARNED) + planner),
+        ClaimSpec("planner_vs_scripted_heldout", f"on the held-out family C the trained planner stays within one level as often as the "
+                  f"scripted planner (margin {m:g})", "planner_within_one_heldout", "within_one", "planner", "agent",
+                  kind="non_inferiority", margin=m, unit="session", cluster="model",
+                  preconditions=(TOOLS_CONVERGED, TOOLS_LEARNED) + planner),
+    ]
+
+
+def planner_summary(ps: pd.DataFrame) -> dict:
+    out = {}
+    for role in ("in_family", "held_out"):
+        d = ps[ps["role"] == role]
+        out[role] = {"planner_within_one": round(float(d["planner_within_one"].mean()), 4),
+                     "agent_within_one": round(float(d["agent_within_one"].mean()), 4),
+                     "planner_exact": round(float(d["planner_exact"].mean()), 4), "agent_exact": round(float(d["agent_exact"].mean()), 4),
+                     "same_level_as_agent": round(float(d["same_level"].mean()), 4),
+                     "planner_samples": round(float(d["planner_n"].mean()), 2), "agent_samples": round(float(d["agent_n"].mean()), 2),
+                     "valid_action_rate": round(float(1 - d["invalid"].sum() / max(int(d["decisions"].sum()), 1)), 4),
+                     "decisions": int(d["decisions"].sum()), "invalid": int(d["invalid"].sum()),
+                     "retried_ok": int(d["retried_ok"].sum()), "fallbacks": int(d["fallbacks"].sum())}
+    return out
 
 
 def summary(df: pd.DataFrame, p: Params) -> dict:

@@ -8,7 +8,7 @@ from paperworks.core.io import atomic_path, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.eval_agent import report
-from paperworks.eval_agent.artifacts import PLOTS, TOOLS, read_outcomes
+from paperworks.eval_agent.artifacts import PLANNER, PLOTS, TOOLS, read_outcomes, read_rollouts
 from paperworks.eval_agent.params import Params
 
 METRICS = Path("metrics/eval_agent.json")
@@ -24,8 +24,11 @@ def main() -> None:
     tools = read_json(TOOLS / "accuracy.json")
     sessions, edges, examples = report.run_sessions(outcomes, p, seed)
     units = report.session_units(sessions)
+    planner = report.planner_sessions(sessions, read_rollouts())
+    units.update(report.planner_units(planner))
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
-    claims = evaluate_claims(report.claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
+    pre += report.planner_preconditions(planner, live_curve(report.PLANNER_CURVE), p, ev)
+    claims = evaluate_claims(report.claim_specs(p) + report.planner_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
     write_unit_tables("eval_agent", units)
     frame = report.plot_frame(sessions)
     write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
@@ -38,6 +41,7 @@ def main() -> None:
         "claim_summary": claim_summary(claims),
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(sessions, p),
+        "planner": {**report.planner_summary(planner), "records": read_json(PLANNER / "actions.json")["records"]},
         "levels": edges,
         "tool_accuracy": tools["per_family"],
         "preconditions": pre,

@@ -33,6 +33,21 @@ def test_smoke_pipeline(smoke_repo):
     examples = json.loads((smoke_repo / "plots/eval_agent/example_sessions.json").read_text())["sessions"]
     assert examples and all(e["rounds"] and e["samples"] == e["rounds"][-1]["n"] for e in examples)
     assert all(e["stop"] in ("interval inside one level", "cap", "pool exhausted") for e in examples)
+    # comparison 3: the trained planner on the scripted agent's own sessions, in-family and held-out
+    for table, n in (("planner_within_one", 40), ("planner_within_one_heldout", 10)):
+        u = pd.read_csv(smoke_repo / f"metrics/units/eval_agent/{table}.csv")
+        assert set(u["arm"]) == {"planner", "agent"} and u.groupby("arm").size().tolist() == [n, n]
+    assert claims["planner_vs_scripted"]["kind"] == "non_inferiority" and claims["planner_vs_scripted_heldout"]["units"]["cluster"] == "model"
+    pl = metrics["planner"]
+    assert pl["records"]["train"] > 0 and pl["records"]["heldout"] > 0
+    for role in ("in_family", "held_out"):
+        r = pl[role]
+        assert r["invalid"] == r["retried_ok"] + r["fallbacks"] and r["decisions"] > 0
+        assert r["valid_action_rate"] == round(1 - r["invalid"] / r["decisions"], 4)
+    valid = next(c for c in metrics["preconditions"] if c["name"] == "the trained planner's first-try actions are valid")
+    assert valid["passed"] == (valid["value"] >= 0.9)  # 30 smoke steps: the planner rarely emits a valid action
+    if not valid["passed"]:
+        assert claims["planner_vs_scripted"]["verdict"].startswith("not tested")
     img = Image.open(smoke_repo / "plots/eval_agent/agreement.png")
     assert img.format == "PNG" and img.size[0] > 300
     out = dvc(smoke_repo, "repro", "--glob", "eval_agent_*").stdout  # a second repro has nothing to do

@@ -47,3 +47,16 @@ def test_agent_cap_must_fit_the_benchmark():
     s["agent"]["max_rounds"] = 100  # 800 samples > 80 prompts × 5
     msg = _error(s)
     assert "agent.batch_size × agent.max_rounds = 800" in msg and "400" in msg
+
+
+def test_planner_needs_training_generators_and_whole_heads():
+    s = _default()
+    s["planner"]["heldout_generators"] = s["zoo"]["n_population"]
+    msg = _error(s)
+    assert "planner.heldout_generators = 20" in msg and "zoo.n_population" in msg
+    s = _default()
+    s["planner"]["hidden"] = 90  # 4 heads
+    assert "planner.hidden = 90" in _error(s)
+    s = _default()
+    s["claims"]["min_valid_action_rate"] = 1.5
+    assert "eval_agent.claims.min_valid_action_rate" in _error(s)
