@@ -9,7 +9,11 @@ targets need runs:
 - ``parallel``: ``python -m flows.pipeline --targets <targets> --max-parallel 2`` with
   ``PAPERWORKS_THREADS=1``: two independent stages at a time, one thread each.
 
-DVC decides what runs and writes ``dvc.lock`` in both. The table gives wall time, the stages'
+- ``in-place``: the ``parallel`` command in this work tree itself (no copy: what ``make run`` does
+  for one track), so the outputs and ``dvc.lock`` stay here to be committed; from nothing only
+  where this work tree has none of the targets' outputs (a fresh clone).
+
+DVC decides what runs and writes ``dvc.lock`` in all three. The table gives wall time, the stages'
 summed CPU time (``logs/stage_costs.jsonl`` of the copy), the load average before and after, and
 whether the track's metrics file came out byte-identical to the one committed here.
 Rows are appended to ``benchmarks/results/run_modes.txt``. Run it on a quiet machine, one at a time::
@@ -44,17 +48,47 @@ def mode_command(mode: str, targets: str) -> tuple[list[str], dict[str, str]]:
         env.pop("PAPERWORKS_THREADS", None)
         env.pop("OMP_NUM_THREADS", None)
         return [str(Path(sys.executable).parent / "dvc"), "repro", "--glob", targets], env
-    if mode == "parallel":
+    if mode in ("parallel", "in-place"):
         env.update(PAPERWORKS_THREADS="1", OMP_NUM_THREADS="1")
         return [sys.executable, "-m", "flows.pipeline", "--targets", targets, "--max-parallel", "2"], env
-    raise SystemExit(f"--modes: unknown mode {mode!r}; allowed: serial, parallel")
+    raise SystemExit(f"--modes: unknown mode {mode!r}; allowed: serial, parallel, in-place")
 
 
 def sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
+def run_in_place(targets: str, profile: str, metrics_file: str) -> str:
+    cmd, env = mode_command("in-place", targets)
+    committed = subprocess.run(["git", "show", f"HEAD:{metrics_file}"], cwd=ROOT, capture_output=True).stdout
+    subprocess.run([sys.executable, "-m", "paperworks.core.profile", profile], cwd=ROOT, env=env, check=True,
+                   capture_output=True)
+    log = ROOT / "logs/stage_costs.jsonl"
+    seen = len(log.read_text().splitlines()) if log.exists() else 0
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, text=True)
+    wall = time.perf_counter() - t0
+    load_after = os.getloadavg()[0]
+    if proc.returncode != 0:
+        raise SystemExit(f"in-place: {' '.join(cmd)} failed (exit {proc.returncode})")
+    costs = [json.loads(line) for line in log.read_text().splitlines()[seen:] if line]
+    same = (ROOT / metrics_file).is_file() and (ROOT / metrics_file).read_bytes() == committed
+    return _row("in-place", targets, profile, len(costs), wall, sum(c["cpu_s"] for c in costs), load_before,
+                load_after, same, metrics_file)
+
+
+def _row(mode: str, targets: str, profile: str, stages: int, wall: float, cpu: float, load_before: float,
+         load_after: float, same: bool, metrics_file: str) -> str:
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    return (f"{stamp:<17} {targets:<18} {profile:<8} {mode:<9} {stages:>6} {wall:>7.0f} "
+            f"{cpu:>11.0f} {load_before:>11.2f} {load_after:>10.2f}  "
+            f"{'yes' if same else 'no'} ({metrics_file})")
+
+
 def run_mode(mode: str, targets: str, profile: str, metrics_file: str) -> str:
+    if mode == "in-place":
+        return run_in_place(targets, profile, metrics_file)
     cmd, env = mode_command(mode, targets)
     with tempfile.TemporaryDirectory(prefix=f"run-modes-{mode}-") as tmp:
         repo = copy_repo(Path(tmp) / "repo", ROOT)
@@ -69,22 +103,20 @@ def run_mode(mode: str, targets: str, profile: str, metrics_file: str) -> str:
             raise SystemExit(f"{mode}: {' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         costs = [json.loads(line) for line in (repo / "logs/stage_costs.jsonl").read_text().splitlines() if line]
         same = sha256(repo / metrics_file) == sha256(ROOT / metrics_file)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    return (f"{stamp:<17} {targets:<18} {profile:<8} {mode:<9} {len(costs):>6} {wall:>7.0f} "
-            f"{sum(c['cpu_s'] for c in costs):>11.0f} {load_before:>11.2f} {load_after:>10.2f}  "
-            f"{'yes' if same else 'no'} ({metrics_file})")
+    return _row(mode, targets, profile, len(costs), wall, sum(c["cpu_s"] for c in costs), load_before, load_after,
+                same, metrics_file)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", required=True, help="a stage glob, e.g. 'person_search_*'")
     ap.add_argument("--profile", default="default", choices=["smoke", "default", "paper"])
-    ap.add_argument("--modes", nargs="+", default=["serial", "parallel"], choices=["serial", "parallel"])
+    ap.add_argument("--modes", nargs="+", default=["serial", "parallel"], choices=["serial", "parallel", "in-place"])
     ap.add_argument("--metrics", help="metrics file to compare with the committed one (default: metrics/<track>.json)")
     args = ap.parse_args()
     track = args.targets.rstrip("*").rstrip("_")
     metrics_file = args.metrics or f"metrics/{track}.json"
-    print(f"# {os.cpu_count()} cores; each mode in a fresh copy with an empty DVC cache")
+    print(f"# {os.cpu_count()} cores; serial and parallel each in a fresh copy with an empty DVC cache, in-place in this work tree")
     print(HEADER, flush=True)
     for mode in args.modes:
         row = run_mode(mode, args.targets, args.profile, metrics_file)
