@@ -191,6 +191,70 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
     ]
 
 
+N_NEEDS = 20  # weight vectors over the dimensions per repeat (recommendation mode), Dirichlet(1, …, 1)
+
+
+def needs(dims: list[str], seed: int) -> np.ndarray:
+    """The recommendation mode's weighted needs: ``N_NEEDS`` weight vectors over the dimensions (rows sum to 1)."""
+    return np.random.default_rng(derive_seed(seed, "eval_agent", "needs", *dims)).dirichlet(np.ones(len(dims)), size=N_NEEDS)
+
+
+def mode_units(df: pd.DataFrame, dims: list[str], seed: int) -> tuple[dict[str, pd.DataFrame], dict]:
+    """Exploratory modes built on the one-model sessions of every arm (in-family models; truth = full benchmark run a).
+
+    - **comparison** "is A better than B on D?": per (dimension, repeat) every pair of models with distinct true scores;
+      an arm answers by its two sessions' estimates (a tie counts half); value = the share answered as the truth;
+    - **recommendation** "the best model for needs w": per repeat, ``N_NEEDS`` weight vectors w over the dimensions;
+      an arm recommends argmax_m Σ_d w_d estimate(m, d); top-1 hit (the truth's argmax of Σ_d w_d truth(m, d)) and
+      regret (the truth's best utility minus the recommended model's). Units: weight vectors, clustered by repeat
+      (a repeat's sessions serve every w)."""
+    inf = df[df["role"] == "in_family"]
+    cmp_rows, hit_rows, regret_rows = [], [], []
+    for (arm, dim, rep), g in inf.groupby(["arm", "dim", "repeat"]):
+        g = g.sort_values("model")
+        e, tr = g["estimate"].to_numpy(), g["truth_score"].to_numpy()
+        i, j = np.triu_indices(len(g), 1)
+        keep = tr[i] != tr[j]
+        if not keep.any():
+            continue
+        right = np.where(e[i] == e[j], 0.5, ((e[i] > e[j]) == (tr[i] > tr[j])).astype(float))[keep]
+        cmp_rows.append({"arm": arm, "cluster": f"{dim}/r{rep}", "unit": f"{dim}/r{rep}", "value": float(right.mean())})
+    w = needs(dims, seed)
+    for (arm, rep), g in inf.groupby(["arm", "repeat"]):
+        est = g.pivot(index="model", columns="dim", values="estimate")[dims].to_numpy()
+        tru = g.pivot(index="model", columns="dim", values="truth_score")[dims].to_numpy()
+        u_true, rec = tru @ w.T, np.argmax(est @ w.T, axis=0)  # (models, needs); recommended model per need
+        best = u_true.max(axis=0)
+        got = u_true[rec, np.arange(len(w))]
+        for k in range(len(w)):
+            hit_rows.append({"arm": arm, "cluster": f"r{rep}", "unit": f"w{k}", "value": float(got[k] == best[k])})
+            regret_rows.append({"arm": arm, "cluster": f"r{rep}", "unit": f"w{k}", "value": float(best[k] - got[k])})
+    tables = {"comparison": unit_table(cmp_rows), "recommendation_hit": unit_table(hit_rows),
+              "recommendation_regret": unit_table(regret_rows)}
+    summary = {arm: {"comparison_accuracy": round(float(tables["comparison"].query("arm == @arm")["value"].mean()), 4),
+                     "recommendation_hit": round(float(tables["recommendation_hit"].query("arm == @arm")["value"].mean()), 4),
+                     "recommendation_regret": round(float(tables["recommendation_regret"].query("arm == @arm")["value"].mean()), 4)}
+               for arm in ARMS}
+    return tables, {"needs_per_repeat": N_NEEDS, **summary}
+
+
+def mode_claim_specs(p: Params) -> list[ClaimSpec]:
+    tools = (TOOLS_OK, TOOLS_CONVERGED, TOOLS_LEARNED)
+    m = p.claims.within_one_margin
+    return [
+        ClaimSpec("comparison_vs_full_benchmark", f"comparison mode: from its sessions of two models the agent tells which is better "
+                  f"on a dimension as often as a full-benchmark rerun (margin {m:g})", "comparison", "pairwise decision accuracy",
+                  "agent", "full_rerun", kind="non_inferiority", margin=m, unit="dimension × repeat", cluster=None, preconditions=tools),
+        ClaimSpec("comparison_vs_random_subset", "comparison mode: the agent's pairwise decisions are right more often than a random "
+                  "subset's of the same size", "comparison", "pairwise decision accuracy", "agent", "random_subset",
+                  unit="dimension × repeat", cluster=None, preconditions=tools),
+        ClaimSpec("recommendation_vs_full_benchmark", f"recommendation mode: for weighted needs over the dimensions the agent "
+                  f"recommends the truly best model as often as a full-benchmark rerun (margin {m:g})", "recommendation_hit",
+                  "top-1 recommendation hit", "agent", "full_rerun", kind="non_inferiority", margin=m, unit="weight vector",
+                  cluster="repeat", preconditions=tools),
+    ]
+
+
 def planner_sessions(df: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
     """The trained planner's sessions beside the scripted agent's, joined on (model, dimension, repeat)."""
     agent = df[df["arm"] == "agent"].set_index(["model", "dim", "repeat"])

@@ -24,6 +24,8 @@ def main() -> None:
     tools = read_tool_accuracy()
     sessions, edges, examples = report.run_sessions(outcomes, p, seed)
     units = report.session_units(sessions)
+    mode_tables, modes = report.mode_units(sessions, p.zoo.dims, seed)
+    units.update(mode_tables)
     rollouts = read_rollouts()
     actions = read_actions(rollouts)
     planner = report.planner_sessions(sessions, rollouts)
@@ -31,7 +33,7 @@ def main() -> None:
     units.update(report.planner_units(planner))
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
     pre += report.planner_preconditions(planner, live_curve(report.PLANNER_CURVE), p, ev)
-    claims = evaluate_claims(report.claim_specs(p) + report.planner_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
+    claims = evaluate_claims(report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
     write_unit_tables("eval_agent", units)
     frame = report.plot_frame(sessions)
     write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
@@ -44,6 +46,7 @@ def main() -> None:
         "claim_summary": claim_summary(claims),
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(sessions, p),
+        "modes": modes,
         "planner": {**report.planner_summary(planner), "records": actions["records"], "refusals": actions["refusals"]},
         "levels": edges,
         "tool_accuracy": tools["per_family"],
