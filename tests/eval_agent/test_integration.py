@@ -43,6 +43,8 @@ def test_smoke_pipeline(smoke_repo):
     block = doc.split("<!-- examples:start -->")[1].split("<!-- examples:end -->")[0]
     for e in examples:
         assert f"### {e['kind']}: {e['model']}" in block
+    measured = doc.split("<!-- measured:start -->")[1].split("<!-- measured:end -->")[0]
+    assert "(profile: smoke)" in measured and "| in_family/agent |" in measured and "Calibration" in measured and "Modes" in measured
     sheets = sorted((smoke_repo / "docs/tracks/eval_agent").glob("*.png"))
     assert len(sheets) == len(examples) and all(Image.open(s).format == "PNG" for s in sheets)
     # comparison 3: the trained planner on the scripted agent's own sessions, in-family and held-out

@@ -89,3 +89,24 @@ def test_calibration_reports_coverage_and_stated_levels(examples):
     assert c["in_family"]["covers_pool_score"] == round(float(cov), 4) and c["in_family"]["sessions"] == len(a)
     assert c["in_family"]["stated_level_sessions"] == int((a["reason"] == "interval inside one level").sum())
     assert isinstance(pd.Series(c["held_out"]).get("covers_truth_score"), float)
+
+
+def test_measured_block_renders_the_metrics():
+    row = {"exact": 0.7, "within_one": 0.95, "abs_error": 0.05, "samples": 68.8, "sample_share": 0.172}
+    m = {"profile": "smoke", "summary": {"in_family/agent": row, "in_family/full_rerun": {**row, "samples": 400.0, "sample_share": 1.0},
+                                         "agent_stops": {"cap": 3, "interval inside one level": 2},
+                                         "tool_level_shift": {"in_family": 0.025, "held_out": 0.2},
+                                         "calibration": {"look_confidence": 0.99, "family_confidence": 0.9,
+                                                         **{r: {"sessions": 5, "covers_pool_score": 1.0, "covers_truth_score": 0.8,
+                                                                "stated_level_sessions": 0, "stated_level_is_truth": None,
+                                                                "stated_level_is_rerun_level": None} for r in ("in_family", "held_out")}}},
+         "modes": {"needs_per_repeat": 20, "agent": {"comparison_accuracy": 0.8, "recommendation_hit": 0.6, "recommendation_regret": 0.01}},
+         "planner": {"refusals": {"wrong total": {"first_try": 4, "retry": 1}}}}
+    block = page.measured_block(m)
+    assert "| in_family/agent | 0.700 | 0.950 | 0.050 | 68.8 | 17.2% |" in block
+    assert "| in_family/full_rerun |" in block and "cap: 3, interval inside one level: 2" in block
+    assert "| held_out | 5 | 1.000 | 0.800 | 0 | – | – |" in block and "| agent | 0.800 | 0.600 | 0.0100 |" in block
+    assert "wrong total 4 first tries / 1 retries" in block
+    text = page.inject_between("a\n" + page.MEASURED_START + "\nold\n" + page.MEASURED_END + "\n", block,
+                               page.MEASURED_START, page.MEASURED_END)
+    assert "old" not in text and "17.2%" in text
