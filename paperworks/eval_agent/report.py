@@ -280,8 +280,6 @@ def planner_sessions(df: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
 def attach_planner(examples: list[dict], rollouts: pd.DataFrame, invalid_log: list[dict]) -> list[dict]:
     """Each example session with the trained planner's answer on the same session (same pool, seed and sample queues):
     its level, samples, stop, and its refused actions (counts, and the logged texts with the reason and what was done)."""
-    from paperworks.eval_agent.agent import level_name
-
     r = rollouts.set_index(["model", "dim", "repeat"])
     out = []
     for e in examples:
