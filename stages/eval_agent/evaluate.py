@@ -8,7 +8,8 @@ from paperworks.core.io import atomic_path, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.eval_agent import report
-from paperworks.eval_agent.artifacts import PLOTS, read_actions, read_outcomes, read_rollouts, read_tool_accuracy
+from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts
+from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
 from paperworks.eval_agent.params import Params
 
 METRICS = Path("metrics/eval_agent.json")

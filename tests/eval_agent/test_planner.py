@@ -93,7 +93,7 @@ def test_rollouts_with_inconsistent_counts_are_refused(tmp_path):
 
 def test_action_record_must_agree_with_the_rollouts(tmp_path):
     from paperworks.core.io import write_json
-    from paperworks.eval_agent.artifacts import read_actions, read_tool_accuracy
+    from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
 
     roll = pd.DataFrame({"decisions": [4, 3], "invalid": [2, 0], "retried_ok": [1, 0], "fallbacks": [1, 0]})
     good = {"records": {"train": 5, "heldout": 1}, "decisions": 7, "invalid": 2, "retried_ok": 1, "fallbacks": 1,
