@@ -153,6 +153,26 @@ def validate(action: dict | None, s: StepState) -> str:
     return ""
 
 
+REFUSALS = {  # a refusal's reason (``validate``) → its kind, counted per kind in actions.json and the metrics
+    "not a JSON object": "not JSON",
+    "stop needs one of the levels": "unknown level",
+    "action ": "unknown action",
+    "sample at the round cap": "sample at the cap",
+    "n must list": "wrong number of counts",
+    "n holds a non-integer": "non-integer count",
+    "n sums to": "wrong total",
+    "n asks a sub-aspect for more": "more than a sub-aspect has left",
+}
+
+
+def refusal_kind(why: str) -> str:
+    """The kind of a refusal reason returned by ``validate`` (a ValueError for a reason it does not know)."""
+    for prefix, kind in REFUSALS.items():
+        if why.startswith(prefix):
+            return kind
+    raise ValueError(f"unknown refusal reason {why!r}")
+
+
 def fallback_action(s: StepState) -> dict:
     """The neutral rule after a failed retry: proportional allocation, or at the cap stop at the estimate's level."""
     if s.must_stop():
@@ -253,5 +273,5 @@ def rollout(model, tok, states: list[StepState], dims: list[str], aspects: list[
         step += 1
 
 
-__all__ = ["build_records", "rollout", "StepState", "prompt_text", "scripted_action", "completion_text", "parse_action", "validate", "fallback_action",
+__all__ = ["build_records", "rollout", "REFUSALS", "refusal_kind", "StepState", "prompt_text", "scripted_action", "completion_text", "parse_action", "validate", "fallback_action",
            "scripted_records"]

@@ -39,9 +39,11 @@ def levels(outcomes: pd.DataFrame, dims: list[str]) -> dict[str, tuple[float, ..
 
 
 def run_sessions(outcomes: pd.DataFrame, p: Params, seed: int) -> tuple[pd.DataFrame, dict, list[dict]]:
-    """Every (model, dimension, repeat) session of every arm on the in-family and held-out models."""
+    """Every (model, dimension, repeat) session of every arm on the in-family and held-out models.
+
+    Also returns the example sessions (``pick_examples``): the agent's full record of a few sessions."""
     edges = levels(outcomes, p.zoo.dims)
-    rows, examples = [], []
+    rows, kept = [], []
     models = outcomes[outcomes["role"] != "population"][["model", "family", "role"]].drop_duplicates().sort_values("model")
     for m in models.itertuples(index=False):
         for dim in p.zoo.dims:
@@ -61,22 +63,76 @@ def run_sessions(outcomes: pd.DataFrame, p: Params, seed: int) -> tuple[pd.DataF
                 for arm, est in estimates.items():
                     n = len(pool.outcome) if arm == "full_rerun" else s.n
                     rows.append({**base, "repeat": rep, "arm": arm, "n": n, "estimate": est, "level": level_of(est, edges[dim]),
-                                 "rounds": s.rounds if arm == "agent" else 0, "reason": s.reason if arm == "agent" else ""})
-                if rep == 0 and len(examples) < 2 * len(p.zoo.dims) and m.role == "in_family":
-                    aspect, rate = weakest_aspect(pool, s.rows, STRATA[dim])
-                    fails = [{"prompt": int(pool.prompt[i]), "sample": int(pool.sample[i]), "aspect": STRATA[dim][pool.stratum[i]]}
-                             for i in s.rows if pool.outcome[i] == 0][:4]
-                    examples.append({"model": m.model, "dim": dim, "level": level_name(s.level), "estimate": round(s.estimate, 4),
-                                     "interval": [round(s.low, 4), round(s.high, 4)], "samples": s.n, "stop": s.reason,
-                                     "truth_level": level_name(base["truth_level"]), "rounds": s.steps,
-                                     "explanation": f"{m.model} is {level_name(s.level)} on {dim} ({s.estimate:.2f} of {s.n} samples pass); "
-                                                    f"weakest sub-aspect: {aspect} ({rate:.2f})",
-                                     "failing_samples": fails})
+                                 "rounds": s.rounds if arm == "agent" else 0, "reason": s.reason if arm == "agent" else "",
+                                 "low": s.low if arm == "agent" else np.nan, "high": s.high if arm == "agent" else np.nan})
+                kept.append((base, rep, s))
     df = pd.DataFrame(rows)
     df["exact"] = (df["level"] == df["truth_level"]).astype(float)
     df["within_one"] = ((df["level"] - df["truth_level"]).abs() <= 1).astype(float)
     df["abs_error"] = (df["estimate"] - df["truth_score"]).abs()
+    examples = [example_record(kind, base, rep, s, outcomes, edges[base["dim"]]) for kind, (base, rep, s) in pick_examples(kept)]
     return df, {d: list(e) for d, e in edges.items()}, examples
+
+
+EXAMPLE_KINDS = ("stopped early", "round cap", "held-out family C", "missed level")
+
+
+def pick_examples(kept: list[tuple[dict, int, "object"]]) -> list[tuple[str, tuple]]:
+    """A few sessions for the page, chosen by rule (never by hand), each of a kind, in different dimensions where possible:
+
+    - *stopped early*: the in-family session that stopped with its interval inside one level on the fewest samples;
+    - *round cap*: the first in-family session that hit the round cap;
+    - *held-out family C*: the first held-out session (repeat 0);
+    - *missed level*: the in-family session whose level is furthest from the truth (≥ 1 off), the first of those.
+    Kinds with no session (e.g. no early stop in a small profile) are left out."""
+    inf = [k for k in kept if k[0]["role"] == "in_family"]
+    chosen: list[tuple[str, tuple]] = []
+
+    def first(cands, key=None):
+        used_dims = {c[1][0]["dim"] for c in chosen}
+        used = {id(c[1]) for c in chosen}
+        cands = [c for c in cands if id(c) not in used]
+        if key is not None:
+            cands = sorted(cands, key=key)  # stable: ties keep the session order
+        fresh = [c for c in cands if c[0]["dim"] not in used_dims]
+        return (fresh or cands or [None])[0]
+
+    rules = (([k for k in inf if k[2].reason == "interval inside one level"], lambda k: k[2].n),
+             ([k for k in inf if k[2].reason == "cap"], None),
+             ([k for k in kept if k[0]["role"] == "held_out" and k[1] == 0], None),
+             ([k for k in inf if abs(k[2].level - k[0]["truth_level"]) >= 1], lambda k: -abs(k[2].level - k[0]["truth_level"])))
+    for kind, (cands, key) in zip(EXAMPLE_KINDS, rules):
+        k = first(cands, key)
+        if k is not None:
+            chosen.append((kind, k))
+    return chosen
+
+
+def example_record(kind: str, base: dict, rep: int, s, outcomes: pd.DataFrame, edges: tuple[float, ...]) -> dict:
+    """One session's full record: per round the samples read (prompt, sample, sub-aspect, the tools' and the renderer's
+    verdict), the allocation, the running estimate with its interval and the levels it spans, and the decision."""
+    dim, aspects = base["dim"], STRATA[base["dim"]]
+    pool = pools(outcomes, base["model"], "b", dim)
+    g = outcomes[(outcomes["model"] == base["model"]) & (outcomes["run"] == "b") & (outcomes["dim"] == dim)].sort_values(["prompt", "sample"])
+    renderer = g["truth"].to_numpy()
+    rounds, start = [], 0
+    for st in s.steps:
+        read = s.rows[start:st["n"]]
+        start = st["n"]
+        rounds.append({**st, "levels": [level_name(level_of(st["low"], edges)), level_name(level_of(st["high"], edges))],
+                       "samples": [{"prompt": int(pool.prompt[i]), "sample": int(pool.sample[i]), "aspect": aspects[pool.stratum[i]],
+                                    "tool": int(pool.outcome[i]), "renderer": int(renderer[i])} for i in read]})
+    aspect, rate = weakest_aspect(pool, s.rows, aspects)
+    fails = [{"prompt": int(pool.prompt[i]), "sample": int(pool.sample[i]), "aspect": aspects[pool.stratum[i]]}
+             for i in s.rows if pool.outcome[i] == 0]
+    return {"kind": kind, "model": base["model"], "family": base["family"], "role": base["role"], "dim": dim, "repeat": rep,
+            "run": "b", "aspects": list(aspects), "edges": [round(e, 4) for e in edges],
+            "level": level_name(s.level), "estimate": round(s.estimate, 4), "interval": [round(s.low, 4), round(s.high, 4)],
+            "samples": s.n, "full_samples": len(pool.outcome), "stop": s.reason,
+            "truth_level": level_name(base["truth_level"]), "truth_score": round(base["truth_score"], 4), "rounds": rounds,
+            "explanation": f"{base['model']} is {level_name(s.level)} on {dim} ({s.estimate:.2f} of {s.n} samples pass); "
+                           f"weakest sub-aspect: {aspect} ({rate:.2f})",
+            "failing_samples": fails}
 
 
 def session_units(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -135,6 +191,70 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
     ]
 
 
+N_NEEDS = 20  # weight vectors over the dimensions per repeat (recommendation mode), Dirichlet(1, …, 1)
+
+
+def needs(dims: list[str], seed: int) -> np.ndarray:
+    """The recommendation mode's weighted needs: ``N_NEEDS`` weight vectors over the dimensions (rows sum to 1)."""
+    return np.random.default_rng(derive_seed(seed, "eval_agent", "needs", *dims)).dirichlet(np.ones(len(dims)), size=N_NEEDS)
+
+
+def mode_units(df: pd.DataFrame, dims: list[str], seed: int) -> tuple[dict[str, pd.DataFrame], dict]:
+    """Exploratory modes built on the one-model sessions of every arm (in-family models; truth = full benchmark run a).
+
+    - **comparison** "is A better than B on D?": per (dimension, repeat) every pair of models with distinct true scores;
+      an arm answers by its two sessions' estimates (a tie counts half); value = the share answered as the truth;
+    - **recommendation** "the best model for needs w": per repeat, ``N_NEEDS`` weight vectors w over the dimensions;
+      an arm recommends argmax_m Σ_d w_d estimate(m, d); top-1 hit (the truth's argmax of Σ_d w_d truth(m, d)) and
+      regret (the truth's best utility minus the recommended model's). Units: weight vectors, clustered by repeat
+      (a repeat's sessions serve every w)."""
+    inf = df[df["role"] == "in_family"]
+    cmp_rows, hit_rows, regret_rows = [], [], []
+    for (arm, dim, rep), g in inf.groupby(["arm", "dim", "repeat"]):
+        g = g.sort_values("model")
+        e, tr = g["estimate"].to_numpy(), g["truth_score"].to_numpy()
+        i, j = np.triu_indices(len(g), 1)
+        keep = tr[i] != tr[j]
+        if not keep.any():
+            continue
+        right = np.where(e[i] == e[j], 0.5, ((e[i] > e[j]) == (tr[i] > tr[j])).astype(float))[keep]
+        cmp_rows.append({"arm": arm, "cluster": f"{dim}/r{rep}", "unit": f"{dim}/r{rep}", "value": float(right.mean())})
+    w = needs(dims, seed)
+    for (arm, rep), g in inf.groupby(["arm", "repeat"]):
+        est = g.pivot(index="model", columns="dim", values="estimate")[dims].to_numpy()
+        tru = g.pivot(index="model", columns="dim", values="truth_score")[dims].to_numpy()
+        u_true, rec = tru @ w.T, np.argmax(est @ w.T, axis=0)  # (models, needs); recommended model per need
+        best = u_true.max(axis=0)
+        got = u_true[rec, np.arange(len(w))]
+        for k in range(len(w)):
+            hit_rows.append({"arm": arm, "cluster": f"r{rep}", "unit": f"w{k}", "value": float(got[k] == best[k])})
+            regret_rows.append({"arm": arm, "cluster": f"r{rep}", "unit": f"w{k}", "value": float(best[k] - got[k])})
+    tables = {"comparison": unit_table(cmp_rows), "recommendation_hit": unit_table(hit_rows),
+              "recommendation_regret": unit_table(regret_rows)}
+    summary = {arm: {"comparison_accuracy": round(float(tables["comparison"].query("arm == @arm")["value"].mean()), 4),
+                     "recommendation_hit": round(float(tables["recommendation_hit"].query("arm == @arm")["value"].mean()), 4),
+                     "recommendation_regret": round(float(tables["recommendation_regret"].query("arm == @arm")["value"].mean()), 4)}
+               for arm in ARMS}
+    return tables, {"needs_per_repeat": N_NEEDS, **summary}
+
+
+def mode_claim_specs(p: Params) -> list[ClaimSpec]:
+    tools = (TOOLS_OK, TOOLS_CONVERGED, TOOLS_LEARNED)
+    m = p.claims.within_one_margin
+    return [
+        ClaimSpec("comparison_vs_full_benchmark", f"comparison mode: from its sessions of two models the agent tells which is better "
+                  f"on a dimension as often as a full-benchmark rerun (margin {m:g})", "comparison", "pairwise decision accuracy",
+                  "agent", "full_rerun", kind="non_inferiority", margin=m, unit="dimension × repeat", cluster=None, preconditions=tools),
+        ClaimSpec("comparison_vs_random_subset", "comparison mode: the agent's pairwise decisions are right more often than a random "
+                  "subset's of the same size", "comparison", "pairwise decision accuracy", "agent", "random_subset",
+                  unit="dimension × repeat", cluster=None, preconditions=tools),
+        ClaimSpec("recommendation_vs_full_benchmark", f"recommendation mode: for weighted needs over the dimensions the agent "
+                  f"recommends the truly best model as often as a full-benchmark rerun (margin {m:g})", "recommendation_hit",
+                  "top-1 recommendation hit", "agent", "full_rerun", kind="non_inferiority", margin=m, unit="weight vector",
+                  cluster="repeat", preconditions=tools),
+    ]
+
+
 def planner_sessions(df: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
     """The trained planner's sessions beside the scripted agent's, joined on (model, dimension, repeat)."""
     agent = df[df["arm"] == "agent"].set_index(["model", "dim", "repeat"])
@@ -155,6 +275,25 @@ def planner_sessions(df: pd.DataFrame, rollouts: pd.DataFrame) -> pd.DataFrame:
     for c in ("decisions", "invalid", "retried_ok", "fallbacks"):
         out[c] = r[c]
     return out.reset_index()
+
+
+def attach_planner(examples: list[dict], rollouts: pd.DataFrame, invalid_log: list[dict]) -> list[dict]:
+    """Each example session with the trained planner's answer on the same session (same pool, seed and sample queues):
+    its level, samples, stop, and its refused actions (counts, and the logged texts with the reason and what was done)."""
+    r = rollouts.set_index(["model", "dim", "repeat"])
+    out = []
+    for e in examples:
+        key = (e["model"], e["dim"], e["repeat"])
+        if key not in r.index:
+            from paperworks.core.io import ArtifactError
+            raise ArtifactError(f"data/eval_agent/planner/rollouts.parquet: no rollout of example session {key}; rerun eval_agent_planner")
+        row = r.loc[key]
+        refused = [{k: v[k] for k in ("step", "text", "why", "retry", "retry_why", "applied", "outcome")}
+                   for v in invalid_log if (v.get("model"), v.get("dim"), v.get("repeat")) == key]
+        out.append({**e, "planner": {"level": level_name(int(row["level"])), "samples": int(row["n"]), "rounds": int(row["rounds"]),
+                                     "stop": row["reason"], **{c: int(row[c]) for c in ("decisions", "invalid", "retried_ok", "fallbacks")},
+                                     "refused": refused}})
+    return out
 
 
 def planner_units(ps: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -221,8 +360,36 @@ def summary(df: pd.DataFrame, p: Params) -> dict:
     ag = df[(df["arm"] == "agent")]
     out["agent_stops"] = ag["reason"].value_counts().to_dict()
     first = df[(df["arm"] == "agent") & (df["repeat"] == 0)]
+    out["calibration"] = calibration(df, p)
     out["tool_level_shift"] = {role: round(float((first[first["role"] == role]["truth_level"] != first[first["role"] == role]["renderer_level"]).mean()), 4)
                                for role in ("in_family", "held_out")}
+    return out
+
+
+def calibration(df: pd.DataFrame, p: Params) -> dict:
+    """Exploratory: is the agent's stated confidence borne out?
+
+    - *interval coverage*: share of final intervals that contain the full benchmark's score — of the pool the agent read
+      (run b's mean, what the interval estimates) and of the truth (run a, an independent draw) — against the confidence
+      each look's interval is built at (Bonferroni over the rounds);
+    - *stated level*: a session that stops with its interval inside one level states that level at the family confidence
+      ``agent.confidence``; the share of those whose level is the truth's, and the full rerun's."""
+    a = df[df["arm"] == "agent"].set_index(["model", "dim", "repeat"])
+    full = df[df["arm"] == "full_rerun"].set_index(["model", "dim", "repeat"]).loc[a.index]
+    look = 1 - (1 - p.agent.confidence) / p.agent.max_rounds
+    out = {"look_confidence": round(look, 4), "family_confidence": p.agent.confidence}
+    for role in ("in_family", "held_out"):
+        m = (a["role"] == role).to_numpy()
+        ar, fr = a[m], full[m]
+        inside = (ar["reason"] == "interval inside one level").to_numpy()
+        out[role] = {
+            "sessions": int(m.sum()),
+            "covers_pool_score": round(float(((ar["low"] <= fr["estimate"]) & (fr["estimate"] <= ar["high"])).mean()), 4),
+            "covers_truth_score": round(float(((ar["low"] <= ar["truth_score"]) & (ar["truth_score"] <= ar["high"])).mean()), 4),
+            "stated_level_sessions": int(inside.sum()),
+            "stated_level_is_truth": round(float(ar["exact"][inside].mean()), 4) if inside.any() else None,
+            "stated_level_is_rerun_level": round(float((ar["level"][inside] == fr["level"][inside]).mean()), 4) if inside.any() else None,
+        }
     return out
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
-from paperworks.core.io import atomic_path, read_json, write_json, write_text
+from paperworks.core.io import atomic_path, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.eval_agent import report
-from paperworks.eval_agent.artifacts import PLANNER, PLOTS, TOOLS, read_outcomes, read_rollouts
+from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts
+from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
 from paperworks.eval_agent.params import Params
 
 METRICS = Path("metrics/eval_agent.json")
@@ -21,14 +22,19 @@ def main() -> None:
     raw = read_params_file()
     seed = global_seed(raw)
     outcomes = read_outcomes()
-    tools = read_json(TOOLS / "accuracy.json")
+    tools = read_tool_accuracy()
     sessions, edges, examples = report.run_sessions(outcomes, p, seed)
     units = report.session_units(sessions)
-    planner = report.planner_sessions(sessions, read_rollouts())
+    mode_tables, modes = report.mode_units(sessions, p.zoo.dims, seed)
+    units.update(mode_tables)
+    rollouts = read_rollouts()
+    actions = read_actions(rollouts)
+    planner = report.planner_sessions(sessions, rollouts)
+    examples = report.attach_planner(examples, rollouts, actions["invalid_log"])
     units.update(report.planner_units(planner))
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
     pre += report.planner_preconditions(planner, live_curve(report.PLANNER_CURVE), p, ev)
-    claims = evaluate_claims(report.claim_specs(p) + report.planner_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
+    claims = evaluate_claims(report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
     write_unit_tables("eval_agent", units)
     frame = report.plot_frame(sessions)
     write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
@@ -41,7 +47,8 @@ def main() -> None:
         "claim_summary": claim_summary(claims),
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(sessions, p),
-        "planner": {**report.planner_summary(planner), "records": read_json(PLANNER / "actions.json")["records"]},
+        "modes": modes,
+        "planner": {**report.planner_summary(planner), "records": actions["records"], "refusals": actions["refusals"]},
         "levels": edges,
         "tool_accuracy": tools["per_family"],
         "preconditions": pre,

@@ -25,7 +25,7 @@ from paperworks.core.stage import stage_main
 from paperworks.eval_agent.artifacts import (LIVE_PLANNER, PLANNER, PLANNER_TOKENIZER, PLANNER_WEIGHTS, RECORD_SCHEMA, ROLLOUT_SCHEMA,
                                              read_outcomes)
 from paperworks.eval_agent.params import Params
-from paperworks.eval_agent.planner import StepState, build_records, rollout
+from paperworks.eval_agent.planner import StepState, build_records, refusal_kind, rollout
 from paperworks.eval_agent.report import levels, pools
 from paperworks.eval_agent.world import STRATA
 
@@ -82,9 +82,18 @@ def main() -> None:
         e.update(keys[e["session"]])
     decisions = sum(c["decisions"] for c in counts)
     invalid = sum(c["invalid"] for c in counts)
+    by_kind: dict[str, dict[str, int]] = {}  # refusals per kind, first try and retry, over every session (the log keeps 200)
+    for e in log:
+        for key, why in (("first_try", e["why"]), ("retry", e["retry_why"])):
+            if why:
+                k = by_kind.setdefault(refusal_kind(why), {"first_try": 0, "retry": 0})
+                k[key] += 1
     write_json(PLANNER / "actions.json", {"records": {"train": len(train), "heldout": len(held)}, "vocab": len(tok),
                                           "decisions": decisions, "invalid": invalid,
-                                          "fallbacks": sum(c["fallbacks"] for c in counts), "invalid_log": log[:200],
+                                          "retried_ok": sum(c["retried_ok"] for c in counts),
+                                          "fallbacks": sum(c["fallbacks"] for c in counts),
+                                          "refusals": dict(sorted(by_kind.items())),
+                                          "invalid_log": log[:200], "invalid_log_total": len(log),
                                           "final_heldout_loss": history[-1].get("heldout_loss")})
     print(f"planner: {len(records)} step records from {records.groupby(['generator', 'dim', 'repeat']).ngroups} scripted sessions, "
           f"{len(train)} train records, held-out loss {history[-1].get('heldout_loss'):.4f}; "

@@ -1,11 +1,12 @@
 """The track's smoke profile end to end through DVC, in a temporary copy of the repository."""
 import json
+import sys
 
 import pandas as pd
 import pytest
 from PIL import Image
 
-from tests.conftest import assert_claims_meet_standard, dvc
+from tests.conftest import assert_claims_meet_standard, dvc, run
 
 HEADLINE = {"agent_vs_full_benchmark", "agent_vs_random_subset", "agent_vs_first_n"}
 
@@ -33,6 +34,19 @@ def test_smoke_pipeline(smoke_repo):
     examples = json.loads((smoke_repo / "plots/eval_agent/example_sessions.json").read_text())["sessions"]
     assert examples and all(e["rounds"] and e["samples"] == e["rounds"][-1]["n"] for e in examples)
     assert all(e["stop"] in ("interval inside one level", "cap", "pool exhausted") for e in examples)
+    assert {"round cap", "held-out family C"} <= {e["kind"] for e in examples}
+    assert all(sum(len(r["samples"]) for r in e["rounds"]) == e["samples"] and "planner" in e for e in examples)
+    # the page: every example's samples drawn again from their seeds and read again by the tools, into the doc and PNGs
+    out = run([sys.executable, "-m", "paperworks.eval_agent.page"], cwd=smoke_repo).stdout
+    assert f"{len(examples)} example sessions" in out
+    doc = (smoke_repo / "docs/tracks/eval_agent.md").read_text()
+    block = doc.split("<!-- examples:start -->")[1].split("<!-- examples:end -->")[0]
+    for e in examples:
+        assert f"### {e['kind']}: {e['model']}" in block
+    measured = doc.split("<!-- measured:start -->")[1].split("<!-- measured:end -->")[0]
+    assert "(profile: smoke)" in measured and "| in_family/agent |" in measured and "Calibration" in measured and "Modes" in measured
+    sheets = sorted((smoke_repo / "docs/tracks/eval_agent").glob("*.png"))
+    assert len(sheets) == len(examples) and all(Image.open(s).format == "PNG" for s in sheets)
     # comparison 3: the trained planner on the scripted agent's own sessions, in-family and held-out
     for table, n in (("planner_within_one", 40), ("planner_within_one_heldout", 10)):
         u = pd.read_csv(smoke_repo / f"metrics/units/eval_agent/{table}.csv")
@@ -44,6 +58,11 @@ def test_smoke_pipeline(smoke_repo):
         r = pl[role]
         assert r["invalid"] == r["retried_ok"] + r["fallbacks"] and r["decisions"] > 0
         assert r["valid_action_rate"] == round(1 - r["invalid"] / r["decisions"], 4)
+    refusals = pl["refusals"]  # every refused first try and every refused retry, by kind
+    assert sum(v["first_try"] for v in refusals.values()) == pl["in_family"]["invalid"] + pl["held_out"]["invalid"]
+    assert sum(v["retry"] for v in refusals.values()) == pl["in_family"]["fallbacks"] + pl["held_out"]["fallbacks"]
+    cal = s["calibration"]
+    assert all(0 <= cal[role]["covers_pool_score"] <= 1 for role in ("in_family", "held_out"))
     valid = next(c for c in metrics["preconditions"] if c["name"] == "the trained planner's first-try actions are valid")
     assert valid["passed"] == (valid["value"] >= 0.9)  # 30 smoke steps: the planner rarely emits a valid action
     if not valid["passed"]:

@@ -9,7 +9,8 @@ import pytest
 from paperworks.core.io import ArtifactError
 from paperworks.eval_agent.agent import Pool, run_agent
 from paperworks.eval_agent.params import AgentParams
-from paperworks.eval_agent.planner import StepState, fallback_action, parse_action, rollout, scripted_records, validate
+from paperworks.eval_agent.planner import (REFUSALS, StepState, fallback_action, parse_action, refusal_kind, rollout, scripted_records,
+                                           validate)
 
 EDGES = (0.0, 0.3, 0.5, 0.7, 0.85, 1.0)
 
@@ -43,14 +44,20 @@ def test_validate_refuses_actions_outside_the_allowed_set():
     s = StepState.start(_pool([0.5, 0.5], per=10), np.array([0.5, 0.5]), EDGES, p, np.random.default_rng(0))
     assert validate({"action": "sample", "n": [4, 4]}, s) == ""
     assert validate({"action": "stop", "level": "High"}, s) == ""
+    kinds = set()
     for bad in (None, {"action": "sample", "n": [5, 4]}, {"action": "sample", "n": [8]}, {"action": "sample", "n": [9, -1]},
                 {"action": "sample", "n": [4.0, 4]}, {"action": "sample", "n": [True, 7]}, {"action": "sample", "n": [4, 4], "x": 1},
                 {"action": "stop", "level": "Superb"}, {"action": "jump"}, {"action": "sample", "n": [8, 0, 0]}):
         assert validate(bad, s) != "", bad
+        kinds.add(refusal_kind(validate(bad, s)))
     s.apply({"action": "sample", "n": [8, 0]})
-    assert validate({"action": "sample", "n": [3, 5]}, s) != ""  # stratum 0 has 2 left
+    assert refusal_kind(validate({"action": "sample", "n": [3, 5]}, s)) == "more than a sub-aspect has left"  # stratum 0 has 2 left
     s.apply({"action": "sample", "n": [2, 6]})
     assert s.must_stop() and "cap" in validate({"action": "sample", "n": [0, 4]}, s)
+    kinds.add(refusal_kind(validate({"action": "sample", "n": [0, 4]}, s)))
+    assert kinds == set(REFUSALS.values()) - {"more than a sub-aspect has left"}  # every kind but one met here (above)
+    with pytest.raises(ValueError, match="unknown refusal"):
+        refusal_kind("the planner was rude")
     assert fallback_action(s)["action"] == "stop"
     assert parse_action('think: stop\n{"action":"stop","level":"Low"}') == {"action": "stop", "level": "Low"}
     assert parse_action("think\n{broken") is None and parse_action("[1, 2]") is None
@@ -82,3 +89,24 @@ def test_rollouts_with_inconsistent_counts_are_refused(tmp_path):
     write_parquet(tmp_path / "rollouts.parquet", pd.DataFrame([{**row, "fallbacks": 0}]), ROLLOUT_SCHEMA)  # an invalid action vanished
     with pytest.raises(ArtifactError, match="rollouts.parquet"):
         read_rollouts(tmp_path)
+
+
+def test_action_record_must_agree_with_the_rollouts(tmp_path):
+    from paperworks.core.io import write_json
+    from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
+
+    roll = pd.DataFrame({"decisions": [4, 3], "invalid": [2, 0], "retried_ok": [1, 0], "fallbacks": [1, 0]})
+    good = {"records": {"train": 5, "heldout": 1}, "decisions": 7, "invalid": 2, "retried_ok": 1, "fallbacks": 1,
+            "refusals": {"not JSON": {"first_try": 1, "retry": 1}, "wrong total": {"first_try": 1, "retry": 0}}, "invalid_log": []}
+    write_json(tmp_path / "actions.json", good)
+    assert read_actions(roll, tmp_path)["invalid"] == 2
+    for bad, match in (({**good, "fallbacks": 0}, "fallbacks = 0 but rollouts"),  # a fallback vanished from the record
+                       ({**good, "refusals": {"not JSON": {"first_try": 2, "retry": 0}}}, "refusals count 2 first tries / 0"),
+                       ({k: v for k, v in good.items() if k != "refusals"}, "missing keys"),
+                       ({**good, "refusals": [1]}, "not a")):
+        write_json(tmp_path / "actions.json", bad)
+        with pytest.raises(ArtifactError, match=match):
+            read_actions(roll, tmp_path)
+    write_json(tmp_path / "accuracy.json", {"per_family": {"A": {"count": 1.3}}})
+    with pytest.raises(ArtifactError, match="per_family"):
+        read_tool_accuracy(tmp_path)

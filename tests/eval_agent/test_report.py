@@ -41,3 +41,26 @@ def test_truth_is_run_a_and_every_arm_reads_run_b_at_the_agents_sample_count():
     assert len(edges["colour"]) == 6 and examples and examples[0]["samples"] == examples[0]["rounds"][-1]["n"]
     units = report.session_units(s)
     assert set(units["exact"]["cluster"]) == {"A0", "B0"} and set(units["exact_heldout"]["cluster"]) == {"C0"}
+
+
+def test_comparison_and_recommendation_modes_score_against_the_truth():
+    """An arm whose estimates are the truth is always right; one whose estimates reverse the order is always wrong."""
+    rows = []
+    truth = {("A0", "colour"): 0.9, ("A1", "colour"): 0.5, ("B0", "colour"): 0.2,
+             ("A0", "count"): 0.1, ("A1", "count"): 0.6, ("B0", "count"): 0.3}
+    for (m, d), t in truth.items():
+        for rep in range(2):
+            for arm, est in (("agent", t), ("random_subset", 1 - t), ("first_n", 0.5), ("full_rerun", t + 0.01)):
+                rows.append({"model": m, "role": "in_family", "dim": d, "repeat": rep, "arm": arm, "estimate": est, "truth_score": t})
+    rows.append({"model": "C0", "role": "held_out", "dim": "colour", "repeat": 0, "arm": "agent", "estimate": 0.0, "truth_score": 1.0})
+    tables, summary = report.mode_units(pd.DataFrame(rows), ["colour", "count"], seed=3)
+    cmp = tables["comparison"].groupby("arm")["value"].mean()
+    assert cmp["agent"] == cmp["full_rerun"] == 1.0 and cmp["random_subset"] == 0.0 and cmp["first_n"] == 0.5  # ties count half
+    assert len(tables["comparison"]) == 4 * 2 * 2  # arms × dims × repeats (held-out models never enter)
+    hit = tables["recommendation_hit"].groupby("arm")["value"].mean()
+    regret = tables["recommendation_regret"].groupby("arm")["value"]
+    assert hit["agent"] == 1.0 and regret.max()["agent"] == 0.0 and regret.min()["random_subset"] > 0
+    assert len(tables["recommendation_hit"]) == 4 * 2 * report.N_NEEDS and set(tables["recommendation_hit"]["cluster"]) == {"r0", "r1"}
+    assert summary["agent"]["comparison_accuracy"] == 1.0 and summary["random_subset"]["recommendation_hit"] < 1.0
+    w = report.needs(["colour", "count"], 3)
+    assert w.shape == (report.N_NEEDS, 2) and np.allclose(w.sum(1), 1) and np.array_equal(w, report.needs(["colour", "count"], 3))
