@@ -90,9 +90,9 @@ class Request:
 
 def registry(shift: int) -> list[str]:
     """The tools the registry holds at traffic shift ``shift`` (0 = v0: no export_* tools yet)."""
-    verbs = VERBS + NEW_VERBS[:shift]
-    families = {TOOL_FAMILY[v] for v in verbs}
-    return sorted(t for t in TOOLS if t.split("_")[0] not in ("find", "export") or t.split("_")[0] in families)
+    families = {TOOL_FAMILY[v] for v in VERBS + NEW_VERBS[:shift]}
+    request_tools = {f"{family}_{o}" for family in set(TOOL_FAMILY.values()) for o in OBJECTS}
+    return sorted(t for t in TOOLS if t not in request_tools or t.split("_")[0] in families)
 
 
 def components(shift: int) -> list[str]:

@@ -157,5 +157,6 @@ def test_new_verbs_extend_registry_and_components():
     plot = W.Request(verb="plot", obj="files", owner="bob", status="draft", limit=2)
     assert json.loads(W.target(plot, "genui"))["type"] == "chart" and W.verify_genui(plot, W.target(plot, "genui"))
     assert "export_files" not in W.registry(0) and "export_files" in W.registry(1)
+    assert {"export_report", "find_files"} <= set(W.registry(0)) and len(W.registry(1)) == len(W.registry(0)) + 4
     assert "chart" not in W.components(1) and "chart" in W.components(2)
     assert W.prompt_text(req, W.WEAK_CUES["agent"]).endswith("limit 2, as json call\nassistant:")
