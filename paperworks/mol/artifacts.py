@@ -9,6 +9,7 @@ DATA = Path("data/mol")
 WORLD = DATA / "world"
 TRAIN = DATA / "train"
 ROUTER = DATA / "router"
+VERSIONS = DATA / "versions"
 MODELS = Path("models/mol")
 PLOTS = Path("plots/mol")
 BASE = MODELS / "base.safetensors"

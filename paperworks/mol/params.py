@@ -18,6 +18,9 @@ class WorldParams(StrictModel):
     dev_per_capability: int = Field(ge=4, le=10_000, description="held-out loss curve (the plateau check) of every adapter")
     test_per_capability: int = Field(ge=4, le=10_000, description="the acceptance suite of each capability")
     neutral_share: float = Field(0.1, ge=0, le=0.5, description="turns with no cue ('also, …'): continue the previous capability")
+    weak_cue_share: float = Field(0.0, ge=0, le=0.5, description=(
+        "prompts whose only cue is a short tag after the request ('as json call' vs 'as json view', "
+        "'in plain text' vs 'in plain code'): one token tells two near-identical formats apart"))
     router_train_conversations: int = Field(ge=4, le=100_000)
     test_conversations: int = Field(ge=4, le=100_000)
     turns: tuple[int, int] = (2, 4)
@@ -94,6 +97,46 @@ class ClaimsParams(StrictModel):
     router_margin: float = Field(0.05, gt=0, le=1, description="non-inferiority margin of router vs oracle routing")
 
 
+class CycleParams(StrictModel):
+    """One cycle of the versioned loop: the traffic it audits, and whether its candidate is the deliberately faulty one."""
+
+    shift: int = Field(ge=0, le=2, description="traffic shift: 1 adds the verb 'export' (new tools export_*), 2 adds 'plot' (new UI component chart)")
+    faulty: bool = Field(False, description=(
+        "the candidate's update data is mislabelled (targets in another capability's format, the verifier filter "
+        "bypassed): the contract must reject it and leave the accepted version serving"))
+
+
+class ContractParams(StrictModel):
+    """What a candidate version must meet to be accepted (``mol.versions.contract``)."""
+
+    min_success: float = Field(0.8, ge=0, le=1, description="the updated capability's success on the new traffic's acceptance suite")
+    require_improvement: bool = Field(True, description="… and better than the parent there (superiority, core.stats)")
+    retention_margin: float = Field(0.05, gt=0, le=1, description=(
+        "non-inferiority margin vs the parent on every earlier accepted suite (per capability, unit = item)"))
+    min_data_verified: float = Field(1.0, ge=0, le=1, description="share of the update's trajectories the contract re-verifies")
+
+
+class VersionsParams(StrictModel):
+    """The versioned loop (``mol.versions``): v0 = the specialists of ``seed``; each cycle audits shifted traffic
+    with the verifiers, picks the weakest capability, keeps verified trajectories on seed problems, updates that
+    one adapter and accepts the candidate only if the contract holds."""
+
+    seed: int = Field(description="the mol.adapters seed whose specialists are v0")
+    cycles: list[CycleParams] = Field(min_length=1, max_length=10, json_schema_extra={"repeats": True})
+    audit_per_capability: int = Field(ge=2, le=10_000, description="simulated traffic items per capability audited each cycle")
+    suite_per_capability: int = Field(ge=2, le=10_000, description="acceptance suite of a traffic shift, per capability")
+    dev_per_capability: int = Field(ge=2, le=10_000, description="dev pool of the update's success curve")
+    new_verb_share: float = Field(0.5, gt=0, le=1, description="share of a shifted traffic's requests that use its new verbs")
+    seed_problems: int = Field(ge=2, le=100_000, description="seed problems of the weakest capability per cycle")
+    teacher_samples: int = Field(2, ge=1, le=16, description="trajectories proposed per seed problem by the noisy teacher")
+    teacher_noise: float = Field(0.3, ge=0, le=1, description="probability that a proposed trajectory is corrupted (the verifier must drop it)")
+    replay_items: int = Field(ge=0, le=100_000, description="the capability's original training items mixed into the update")
+    update_steps: int = Field(ge=2, le=100_000)
+    update_lr: float = Field(3e-3, gt=0, le=1)
+    eval_every: int = Field(ge=1, le=100_000)
+    contract: ContractParams = ContractParams()
+
+
 class Params(StrictModel):
     world: WorldParams
     tokenizer: TokenizerParams = TokenizerParams()
@@ -101,3 +144,12 @@ class Params(StrictModel):
     adapters: AdapterParams
     router: RouterParams = RouterParams()
     claims: ClaimsParams = ClaimsParams()
+    versions: VersionsParams
+
+    @model_validator(mode="after")
+    def _versions_seed(self) -> "Params":
+        if self.versions.seed not in self.adapters.seeds:
+            raise ValueError(f"versions.seed={self.versions.seed}: must be one of adapters.seeds {self.adapters.seeds}")
+        if self.world.neutral_share + self.world.weak_cue_share > 0.8:
+            raise ValueError("world.neutral_share + world.weak_cue_share must be ≤ 0.8 (most prompts keep a strong cue)")
+        return self

@@ -34,10 +34,17 @@ def success_rates(results: dict[int, dict]) -> pd.DataFrame:
     rows = []
     for seed, res in sorted(results.items()):
         df = pd.DataFrame(res["suite"])
+        if "weak_cue" not in df:
+            df["weak_cue"] = False
         for (arm, cap), g in df.groupby(["arm", "capability"], sort=True):
             wrong_format = (g["format"] != cap) & g["format"].isin(CAPABILITIES)
+            weak = g["weak_cue"].astype(bool)
             rows.append({"arm": arm, "seed": seed, "capability": cap, "success": float(g["success"].mean()),
-                         "contamination": float(wrong_format.mean()), "items": len(g)})
+                         "contamination": float(wrong_format.mean()), "items": len(g),
+                         # the weakly cued items only (one token tells near-identical formats apart)
+                         "success_weak": float(g.loc[weak, "success"].mean()) if weak.any() else float("nan"),
+                         "contamination_weak": float(wrong_format[weak].mean()) if weak.any() else float("nan"),
+                         "items_weak": int(weak.sum())})
     return pd.DataFrame(rows)
 
 
@@ -85,6 +92,12 @@ def unit_tables(rates: pd.DataFrame, conv: pd.DataFrame) -> dict[str, pd.DataFra
         "contamination": unit_table([{"arm": r.arm, "cluster": r.seed, "unit": r.capability, "value": r.contamination}
                                      for r in rates.itertuples() if r.arm != "base"]),
     }
+    weak = rates[rates["items_weak"] > 0] if "items_weak" in rates else rates.iloc[:0]
+    if len(weak):
+        tables["success_weak_cue"] = unit_table([{"arm": r.arm, "cluster": r.seed, "unit": r.capability, "value": r.success_weak}
+                                                 for r in weak.itertuples()])
+        tables["contamination_weak_cue"] = unit_table([{"arm": r.arm, "cluster": r.seed, "unit": r.capability,
+                                                        "value": r.contamination_weak} for r in weak.itertuples() if r.arm != "base"])
     if len(conv):
         tables["conversation_success"] = unit_table([{"arm": r.policy, "cluster": r.seed, "unit": r.conversation, "value": r.success}
                                                      for r in conv.itertuples()])
@@ -154,6 +167,17 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
                   method="specialists", baseline="single_lora", unit="capability", cluster="seed", higher_is_better=False,
                   preconditions=C1_PRE, statement="the specialists answer in another capability's format less often than one LoRA on the mixture"),
     ]
+    if p.world.weak_cue_share > 0:
+        specs += [
+            ClaimSpec(id="specialists_beat_single_lora_weak_cues", method="specialists", baseline="single_lora",
+                      **{**per_cap, "table": "success_weak_cue"},
+                      statement=("on the weakly cued suite items only ('as json call' vs 'as json view', 'in plain text' vs "
+                                 "'in plain code'), the specialists beat one LoRA on the mixture")),
+            ClaimSpec(id="specialists_less_contamination_weak_cues", table="contamination_weak_cue",
+                      metric="answers in another capability's format", method="specialists", baseline="single_lora",
+                      unit="capability", cluster="seed", higher_is_better=False, preconditions=C1_PRE,
+                      statement="on the weakly cued items, the specialists answer in another capability's format less often than one LoRA"),
+        ]
     if a.full_ft:
         specs.append(ClaimSpec(id="specialists_beat_full_ft", method="specialists", baseline="full_ft",
                                statement=f"the specialists beat multi-task full fine-tuning ({n * a.steps} steps) per capability", **per_cap))
@@ -170,10 +194,72 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
     return specs
 
 
+# ------------------------------------------------------------------ the versioned loop (C4)
+LOOP_ACCEPTED = "the loop accepted a version after v0"
+UPDATES_CONVERGED = "every accepted update's dev success plateaued"
+C4_PRE = (SPECIALISTS_LEARNED, LOOP_ACCEPTED, UPDATES_CONVERGED)
+
+
+def _version_order(versions) -> list[str]:
+    return sorted(versions, key=lambda v: int(v.lstrip("v")))
+
+
+def version_tables(answers: dict) -> dict[str, pd.DataFrame]:
+    """Per-item tables of the latest accepted version vs v0 (arms ``latest``, ``v0``; unit = capability:item; one
+    loop run, so no cluster): on the acceptance suite the latest version was accepted on, and on v0's suite."""
+    ans, suite_of = answers["answers"], answers["suite_of"]
+    latest = _version_order(ans)[-1]
+    if latest == "v0":
+        return {}
+    out = {}
+    for name, suite in (("versions_new_suite", suite_of[latest]), ("versions_v0_suite", suite_of["v0"])):
+        out[name] = unit_table([{"arm": arm, "cluster": "loop", "unit": f"{cap}:{i}", "value": float(x)}
+                                for arm, v in (("latest", latest), ("v0", "v0")) for cap in CAPABILITIES
+                                for i, x in enumerate(ans[v][suite][cap])])
+    return out
+
+
+def loop_preconditions(lineage: list[dict], ev: EvidenceParams) -> list[dict]:
+    accepted = [r for r in lineage if r["status"] == "accepted" and r.get("candidate", "-") != "-"]
+    out = [precondition(LOOP_ACCEPTED, bool(accepted), value=len(accepted), threshold=1,
+                        detail=f"{len(accepted)} candidate(s) accepted, {sum(r['status'] == 'rejected' for r in lineage)} rejected")]
+    curves = [convergence(f"{r['candidate']} ({r['capability']})", dev_curve(r["history"], "dev_success"), ev, lower_is_better=False)
+              for r in accepted]
+    out.append(combine(UPDATES_CONVERGED, curves, "accepted updates' dev success curves") if curves else
+               precondition(UPDATES_CONVERGED, False, detail="no accepted update"))
+    return out
+
+
+def loop_claim_specs(p: Params) -> list[ClaimSpec]:
+    m = p.versions.contract.retention_margin
+    common = dict(metric="verified success", unit="item", cluster=None, method="latest", baseline="v0", preconditions=C4_PRE)
+    return [
+        ClaimSpec(id="latest_version_beats_v0_on_new_traffic", table="versions_new_suite", **common,
+                  statement="the last accepted version beats v0 on the acceptance suite of the traffic it was accepted on (all four capabilities)"),
+        ClaimSpec(id="latest_version_retains_v0_suite", table="versions_v0_suite", kind="non_inferiority", margin=m, **common,
+                  statement=f"the last accepted version is non-inferior to v0 on v0's acceptance suite (margin {m:g})"),
+    ]
+
+
+def loop_summary(lineage: list[dict], answers: dict) -> dict:
+    cands = [r for r in lineage if r.get("candidate", "-") != "-"]
+    return {
+        "serving": _version_order(answers["answers"])[-1],
+        "accepted": [r["version"] for r in lineage if r["status"] == "accepted"],
+        "rejected": [r["candidate"] for r in cands if r["status"] == "rejected"],
+        "faulty_candidates_rejected": all(r["status"] == "rejected" for r in cands if r.get("faulty")),
+        "per_version": {v: {f"suite_{s}": float(np.mean([x for cap in CAPABILITIES for x in per[cap]])) for s, per in by.items()}
+                        for v, by in answers["answers"].items()},
+    }
+
+
 def summary(rates: pd.DataFrame, conv: pd.DataFrame, routes: dict[str, list[dict]], results: dict[int, dict]) -> dict:
     per_arm = {}
     for arm, g in rates.groupby("arm", sort=True):
+        weak = g[g["items_weak"] > 0] if "items_weak" in g else g.iloc[:0]
         per_arm[arm] = {"success": float(g["success"].mean()), "contamination": float(g["contamination"].mean()),
+                        "success_weak_cue": float(weak["success_weak"].mean()) if len(weak) else None,
+                        "contamination_weak_cue": float(weak["contamination_weak"].mean()) if len(weak) else None,
                         "per_capability": {cap: float(h["success"].mean()) for cap, h in g.groupby("capability")}}
     first = next(iter(results.values()))
     return {

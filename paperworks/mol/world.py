@@ -29,9 +29,15 @@ CAPABILITIES: tuple[str, ...] = ("chat", "agent", "coding", "genui")
 NAMES = ("ana", "bob", "cai", "dee", "eli", "fay", "gus", "hal", "ivy", "jon", "kim", "lea")
 OBJECTS = ("invoices", "files", "products", "tickets")
 STATUSES = ("open", "closed", "draft")
-VERBS = ("show", "list", "get")
+VERBS = ("show", "list", "get")  # the v0 verbs (training, dev and test data of the specialists)
+# Verbs that appear in later traffic (the versioned loop): shift k adds NEW_VERBS[:k]. "export" brings a new
+# tool family (``export_<object>``; its UI is an existing table), "plot" a new UI component (``chart``; its
+# tool is the existing ``find_<object>``): each shift breaks one capability's format, not the world.
+NEW_VERBS = ("export", "plot")
+ALL_VERBS = VERBS + NEW_VERBS
+TOOL_FAMILY = {"show": "find", "list": "find", "get": "find", "export": "export", "plot": "find"}
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-UI_TYPE = {"show": "table", "list": "list", "get": "card"}  # genui: the verb picks the component
+UI_TYPE = {"show": "table", "list": "list", "get": "card", "export": "table", "plot": "chart"}  # genui: the verb picks the component
 # Cue phrases: what tells the capability. Several paraphrases each; the keyword rules know only the
 # first two of each capability (the others are what a learned router has to pick up).
 CUES: dict[str, tuple[str, ...]] = {
@@ -43,12 +49,17 @@ CUES: dict[str, tuple[str, ...]] = {
 RULE_KEYWORDS: dict[str, tuple[str, ...]] = {"chat": ("words", "sentence"), "agent": ("tool", "api"),
                                            "coding": ("pipeline", "query"), "genui": ("ui", "widget")}
 NEUTRAL_CUE = "also,"
+# Weak cues: a short tag AFTER the request, where agent and genui share "as json" and chat and coding share
+# "in plain" — one word tells the two JSON shapes (or the two one-liners) apart. A share of training and
+# test prompts carries one (``world.weak_cue_share``): the turns on which one model of the mixture has to
+# keep near-identical formats apart from a single token, while a routed specialist knows its format.
+WEAK_CUES: dict[str, str] = {"chat": "in plain text", "coding": "in plain code", "agent": "as json call", "genui": "as json view"}
 
 # The tool registry (JSON Schema per tool): four find_* tools the requests use plus distractors.
 _ARGS = {"type": "object", "additionalProperties": False, "required": ["owner", "status", "limit"],
          "properties": {"owner": {"enum": list(NAMES)}, "status": {"enum": list(STATUSES)},
                         "limit": {"type": "integer", "minimum": 1, "maximum": 9}}}
-TOOLS: dict[str, dict] = {f"find_{o}": _ARGS for o in OBJECTS}
+TOOLS: dict[str, dict] = {f"{family}_{o}": _ARGS for family in ("find", "export") for o in OBJECTS}
 TOOLS.update({name: {"type": "object", "additionalProperties": False, "required": ["to"], "properties": {"to": {"enum": list(NAMES)}}}
               for name in ("send_reminder", "archive_item", "notify_owner", "export_report", "assign_ticket", "close_invoice")})
 AGENT_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["tool", "args"],
@@ -77,13 +88,27 @@ class Request:
         return f"{self.verb} the {self.status} {self.obj} of {self.owner}, limit {self.limit}"
 
 
-def random_request(rng: np.random.Generator) -> Request:
-    return Request(verb=str(rng.choice(VERBS)), obj=str(rng.choice(OBJECTS)), owner=str(rng.choice(NAMES)),
+def registry(shift: int) -> list[str]:
+    """The tools the registry holds at traffic shift ``shift`` (0 = v0: no export_* tools yet)."""
+    families = {TOOL_FAMILY[v] for v in VERBS + NEW_VERBS[:shift]}
+    request_tools = {f"{family}_{o}" for family in set(TOOL_FAMILY.values()) for o in OBJECTS}
+    return sorted(t for t in TOOLS if t not in request_tools or t.split("_")[0] in families)
+
+
+def components(shift: int) -> list[str]:
+    """The UI components at traffic shift ``shift`` (0 = v0: table, list, card)."""
+    return sorted({UI_TYPE[v] for v in VERBS + NEW_VERBS[:shift]})
+
+
+def random_request(rng: np.random.Generator, verbs: tuple[str, ...] = VERBS) -> Request:
+    return Request(verb=str(rng.choice(verbs)), obj=str(rng.choice(OBJECTS)), owner=str(rng.choice(NAMES)),
                    status=str(rng.choice(STATUSES)), limit=int(rng.integers(1, 10)))
 
 
 def prompt_text(req: Request, cue: str) -> str:
-    """The user turn: a cue phrase (or the neutral ``also,``) then the request body."""
+    """The user turn: a cue phrase (or the neutral ``also,``) then the request body; a weak cue comes after it."""
+    if cue in WEAK_CUES.values():
+        return f"user: {req.body()}, {cue}\nassistant:"
     return f"user: {cue} {req.body()}\nassistant:"
 
 
@@ -92,7 +117,7 @@ def target(req: Request, capability: str) -> str:
     if capability == "chat":
         return f" here are {NUMBER_WORDS[req.limit]} {req.status} {req.obj} of {req.owner}."
     if capability == "agent":
-        return " " + json.dumps({"tool": f"find_{req.obj}", "args": {"owner": req.owner, "status": req.status, "limit": req.limit}})
+        return " " + json.dumps({"tool": f"{TOOL_FAMILY[req.verb]}_{req.obj}", "args": {"owner": req.owner, "status": req.status, "limit": req.limit}})
     if capability == "coding":
         return f" {req.obj}|where(owner={req.owner})|where(status={req.status})|take({req.limit})"
     if capability == "genui":
@@ -127,7 +152,7 @@ def verify_agent(req: Request, text: str) -> bool:
         jsonschema.validate(call["args"], TOOLS[call["tool"]])
     except (jsonschema.ValidationError, TypeError):
         return False
-    return call["tool"] == f"find_{req.obj}" and call["args"] == {"owner": req.owner, "status": req.status, "limit": req.limit}
+    return call["tool"] == f"{TOOL_FAMILY[req.verb]}_{req.obj}" and call["args"] == {"owner": req.owner, "status": req.status, "limit": req.limit}
 
 
 def verify_genui(req: Request, text: str) -> bool:
@@ -218,30 +243,40 @@ def request_from_dict(d: dict) -> Request:
     return Request(**{k: d[k] for k in ("verb", "obj", "owner", "status", "limit")})
 
 
-def fresh_request(rng: np.random.Generator, exclude: frozenset[str]) -> Request:
+def fresh_request(rng: np.random.Generator, exclude: frozenset[str], verbs: tuple[str, ...] = VERBS) -> Request:
     """A random request whose body is not in ``exclude`` (held-out suites never repeat a training request)."""
     for _ in range(10_000):
-        req = random_request(rng)
+        req = random_request(rng, verbs)
         if req.body() not in exclude:
             return req
     raise ValueError(f"no unused request left: {len(exclude)} of {len(VERBS) * len(OBJECTS) * len(NAMES) * len(STATUSES) * 9} "
                      "request bodies are taken by training data (lower world.train_per_capability)")
 
 
+def pick_cue(rng: np.random.Generator, capability: str, neutral_share: float, weak_share: float) -> str:
+    """The neutral ``also,`` with probability ``neutral_share``, the weak cue with ``weak_share``, else a strong cue."""
+    r = rng.random()
+    if r < neutral_share:
+        return NEUTRAL_CUE
+    if r < neutral_share + weak_share:
+        return WEAK_CUES[capability]
+    return str(rng.choice(CUES[capability]))
+
+
 def make_items(rng: np.random.Generator, capability: str, n: int, neutral_share: float,
-               exclude: frozenset[str] = frozenset()) -> list[dict]:
-    """Single-turn items of one capability: prompt (cue or neutral), reference answer, request fields."""
+               exclude: frozenset[str] = frozenset(), weak_share: float = 0.0, verbs: tuple[str, ...] = VERBS) -> list[dict]:
+    """Single-turn items of one capability: prompt (strong, weak or neutral cue), reference answer, request fields."""
     out = []
     for _ in range(n):
-        req = fresh_request(rng, exclude)
-        cue = NEUTRAL_CUE if rng.random() < neutral_share else str(rng.choice(CUES[capability]))
+        req = fresh_request(rng, exclude, verbs)
+        cue = pick_cue(rng, capability, neutral_share, weak_share)
         out.append({"capability": capability, "prompt": prompt_text(req, cue), "target": target(req, capability),
                     "cue": cue, **asdict(req)})
     return out
 
 
 def make_conversations(rng: np.random.Generator, n: int, turns: tuple[int, int], neutral_share: float,
-                       exclude: frozenset[str] = frozenset()) -> list[dict]:
+                       exclude: frozenset[str] = frozenset(), weak_share: float = 0.0) -> list[dict]:
     """Conversations of ``turns`` user turns that switch capability; a later turn is neutral (``also,``)
     with probability ``neutral_share`` and then continues the previous turn's capability."""
     rows = []
@@ -252,7 +287,7 @@ def make_conversations(rng: np.random.Generator, n: int, turns: tuple[int, int],
             neutral = prev is not None and rng.random() < neutral_share
             cap = prev if neutral else str(rng.choice([x for x in CAPABILITIES if x != prev]))
             req = fresh_request(rng, exclude)
-            cue = NEUTRAL_CUE if neutral else str(rng.choice(CUES[cap]))
+            cue = NEUTRAL_CUE if neutral else pick_cue(rng, cap, 0.0, weak_share)
             rows.append({"conversation": c, "turn": t, "capability": cap, "prompt": prompt_text(req, cue),
                          "target": target(req, cap), "cue": cue, **asdict(req)})
             prev = cap
@@ -292,7 +327,7 @@ def pretraining_corpus(rng: np.random.Generator, n_docs: int) -> list[str]:
     phrases. Every token the four formats use occurs, but no request is ever paired with its answer."""
     docs = []
     for i in range(n_docs):
-        req = random_request(rng)
+        req = random_request(rng, ALL_VERBS)
         kind = i % 4
         n = NUMBER_WORDS[req.limit] if rng.random() < 0.5 else str(req.limit)
         if kind == 0:
@@ -302,8 +337,8 @@ def pretraining_corpus(rng: np.random.Generator, n_docs: int) -> list[str]:
         elif kind == 2:
             docs.append(f"{_random_pipeline(rng)} {_random_pipeline(rng)}")
         else:
-            cue = str(rng.choice([c for cs in CUES.values() for c in cs] + [NEUTRAL_CUE]))
-            docs.append(f"user: {cue} {random_request(rng).body()}\nassistant: ok, {req.owner} has {n} {req.obj}.")
+            cue = str(rng.choice([c for cs in CUES.values() for c in cs] + list(WEAK_CUES.values()) + [NEUTRAL_CUE]))
+            docs.append(f"user: {cue} {random_request(rng, ALL_VERBS).body()}\nassistant: ok, {req.owner} has {n} {req.obj}.")
     return docs
 
 
@@ -319,15 +354,16 @@ def build_world(p, seed: int) -> dict:
         "corpus_train": pretraining_corpus(rng("corpus", "train"), p.pretrain_docs),
         "corpus_dev": pretraining_corpus(rng("corpus", "dev"), max(32, p.pretrain_docs // 20)),
         "tables": [hidden_tables(rng("tables", k)) for k in range(p.hidden_table_sets)],
-        "router_train": make_conversations(rng("conversations", "router_train"), p.router_train_conversations, p.turns, p.neutral_share),
+        "router_train": make_conversations(rng("conversations", "router_train"), p.router_train_conversations, p.turns, p.neutral_share,
+                                           weak_share=p.weak_cue_share),
     }
     for split, n in (("train", p.train_per_capability), ("dev", p.dev_per_capability)):
-        world[split] = {cap: make_items(rng(split, cap), cap, n, p.neutral_share) for cap in CAPABILITIES}
+        world[split] = {cap: make_items(rng(split, cap), cap, n, p.neutral_share, weak_share=p.weak_cue_share) for cap in CAPABILITIES}
     used = frozenset(request_from_dict(x).body() for split in ("train", "dev") for items in world[split].values() for x in items)
-    world["test"] = {cap: make_items(rng("test", cap), cap, p.test_per_capability, 0.0, used) for cap in CAPABILITIES}
+    world["test"] = {cap: make_items(rng("test", cap), cap, p.test_per_capability, 0.0, used, p.weak_cue_share) for cap in CAPABILITIES}
     used_by_router = used | {request_from_dict(x).body() for x in world["router_train"]}
     world["test_conversations"] = make_conversations(rng("conversations", "test"), p.test_conversations, p.turns, p.neutral_share,
-                                                     used_by_router)
+                                                     used_by_router, p.weak_cue_share)
     check_disjoint(world)
     return world
 

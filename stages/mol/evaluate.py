@@ -9,7 +9,7 @@ from paperworks.core.io import atomic_path, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.mol import report
-from paperworks.mol.artifacts import BASE_HISTORY, PLOTS, ROUTER, read_seed_results
+from paperworks.mol.artifacts import BASE_HISTORY, PLOTS, ROUTER, VERSIONS, read_seed_results
 from paperworks.mol.params import Params
 
 METRICS = Path("metrics/mol.json")
@@ -28,7 +28,14 @@ def main() -> None:
     conv = report.conversation_success(results, routes)
     tables = report.unit_tables(rates, conv)
     pre = report.preconditions(p, rates, results, base_history, ev)
-    claims = evaluate_claims(report.claim_specs(p), tables, pre, ev, seed=seed, track="mol")
+    lineage = read_json(VERSIONS / "lineage.json")
+    answers = read_json(VERSIONS / "answers.json")
+    tables |= report.version_tables(answers)
+    pre += report.loop_preconditions(lineage, ev)
+    specs = report.claim_specs(p) + report.loop_claim_specs(p)
+    # a suite may hold no weakly cued item at all (tiny smoke suites): those two claims then have nothing to measure
+    specs = [s for s in specs if s.table in tables or s.table not in ("success_weak_cue", "contamination_weak_cue")]
+    claims = evaluate_claims(specs, tables, pre, ev, seed=seed, track="mol")
     write_unit_tables("mol", tables)
     write_text(PLOTS / "success.csv", rates.to_csv(index=False, float_format="%.6g"))
     write_text(PLOTS / "dev_loss.csv", report.dev_loss_frame(results, base_history).to_csv(index=False, float_format="%.6g"))
@@ -40,6 +47,7 @@ def main() -> None:
         "claim_summary": claim_summary(claims),
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(rates, conv, routes, results),
+        "versions": report.loop_summary(lineage, answers),
         "preconditions": pre,
         "training_runs": len(results),
     })

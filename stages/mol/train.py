@@ -27,6 +27,7 @@ def answer_suite(model, tok, arm: str, caps, world: dict, max_new_tokens: int) -
         outs = generate(model, tok, [x["prompt"] for x in items], max_new_tokens)
         for i, (x, out) in enumerate(zip(items, outs)):
             rows.append({"arm": arm, "capability": cap, "item": i, "output": out, "format": W.output_format(out),
+                         "weak_cue": x["cue"] in W.WEAK_CUES.values(),
                          "success": bool(W.verify(cap, W.request_from_dict(x), out, world["tables"]))})
     return rows
 

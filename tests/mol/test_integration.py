@@ -28,6 +28,24 @@ def test_smoke_pipeline(smoke_repo):
     assert {"oracle", "router_rules", "router_tfidf_lr", "single_lora"} <= set(conv["arm"])
     assert set(metrics["summary"]["routing"]) == {"rules", "tfidf_lr"}
     assert (smoke_repo / "data/mol/train/seed_0/adapters/agent.safetensors").exists()
+    # the versioned loop: the faulty candidate is rejected with its failed check; the accepted version keeps serving
+    from paperworks.mol.versions import VersionStore, sha256_file
+
+    loop = json.loads((smoke_repo / "metrics/mol_versions.json").read_text())
+    assert loop["candidates"]["cand2"]["faulty"] and loop["candidates"]["cand2"]["status"] == "rejected"
+    store = VersionStore(smoke_repo / "data/mol/versions")
+    lineage = store.lineage()
+    rejected = next(r for r in lineage if r.get("candidate") == "cand2")
+    assert "update data verified" in rejected["failed_checks"] and rejected["version"] is None
+    served = store.serving()  # re-hashes every served file against serving.json
+    assert served["version"] == loop["serving_version"] == next(r for r in reversed(lineage) if r["status"] == "accepted")["version"]
+    assert {c: sha256_file(f) for c, f in served["adapters"].items()} == next(r for r in lineage if r["version"] == served["version"])["adapters"]
+    cap = rejected["capability"]
+    assert sha256_file(smoke_repo / "data/mol/versions/candidates/cand2" / f"{cap}.safetensors") != served["sha256"][cap]
+    assert (smoke_repo / "data/mol/versions/lineage.md").read_text().startswith(f"Serving: **{served['version']}**")
+    assert set(pd.read_csv(smoke_repo / "plots/mol/lineage.csv")["status"]) == {"accepted", "rejected"}
+    assert {"latest_version_beats_v0_on_new_traffic", "latest_version_retains_v0_suite"} <= set(claims)
+    assert set(metrics["versions"]["rejected"]) >= {"cand2"} and metrics["versions"]["faulty_candidates_rejected"]
     img = Image.open(smoke_repo / "plots/mol/success.png")
     assert img.format == "PNG" and img.size[0] > 300
     out = dvc(smoke_repo, "repro", "--glob", "mol_*").stdout  # a second repro has nothing to do

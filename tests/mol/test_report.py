@@ -100,3 +100,43 @@ def test_specialist_precondition_gates_the_headline(spec_ok, verdict_prefix):
     head = claims["specialists_beat_single_lora"]
     assert head["verdict"].startswith(verdict_prefix), head["verdict"]
     assert head["units"]["cluster"] == "seed" and head["units"]["n_clusters"] == 3 and head["units"]["n_units"] == 12
+
+
+def test_loop_tables_and_preconditions():
+    rng = np.random.default_rng(0)
+    items = lambda p: {cap: [bool(x) for x in rng.random(10) < p] for cap in CAPABILITIES}  # noqa: E731
+    answers = {"suite_of": {"v0": "0", "v1": "1", "v2": "2"},
+               "answers": {"v0": {"0": items(0.9), "2": items(0.3)}, "v1": {"0": items(0.9), "2": items(0.5)},
+                           "v2": {"0": items(0.9), "2": items(0.95)}}}
+    tables = report.version_tables(answers)
+    new = tables["versions_new_suite"]
+    assert set(new["arm"]) == {"latest", "v0"} and len(new) == 2 * 4 * 10
+    latest = new[new["arm"] == "latest"].set_index("unit")["value"]
+    assert latest["genui:3"] == float(answers["answers"]["v2"]["2"]["genui"][3])  # v2 (the latest), not v1, on suite 2
+    assert report.version_tables({"suite_of": {"v0": "0"}, "answers": {"v0": {"0": items(1)}}}) == {}
+    hist = [{"step": s, "dev_success": min(1.0, s / 50)} for s in range(10, 310, 30)]
+    lineage = [{"candidate": "-", "status": "accepted", "version": "v0"},
+               {"candidate": "cand1", "status": "accepted", "version": "v1", "capability": "agent", "history": hist},
+               {"candidate": "cand2", "status": "rejected", "version": None, "capability": "genui", "history": hist[:3]}]
+    pre = {r["name"]: r for r in report.loop_preconditions(lineage, EV)}
+    assert pre[report.LOOP_ACCEPTED]["passed"] and pre[report.UPDATES_CONVERGED]["passed"]  # the rejected one is not counted
+    pre = {r["name"]: r for r in report.loop_preconditions(lineage[:1] + lineage[2:], EV)}
+    assert not pre[report.LOOP_ACCEPTED]["passed"] and not pre[report.UPDATES_CONVERGED]["passed"]
+
+
+def test_weak_cue_rates_and_tables():
+    p = _params(seeds=[0, 1], full_ft=False)
+    results = _results(p, spec_ok=8, single_ok=5)
+    for res in results.values():
+        for row in res["suite"]:
+            row["weak_cue"] = row["item"] >= 6  # items 6-9 weakly cued: the single LoRA fails all of them, in genui as tool calls
+    rates = report.success_rates(results).set_index(["arm", "seed", "capability"])
+    assert rates.loc[("specialists", 0, "chat"), "success_weak"] == 0.5       # items 6, 7 of 6-9 right
+    assert rates.loc[("single_lora", 0, "chat"), "success_weak"] == 0.0
+    assert rates.loc[("single_lora", 1, "genui"), "contamination_weak"] == 1.0
+    assert rates.loc[("single_lora", 1, "genui"), "items_weak"] == 4
+    tables = report.unit_tables(rates.reset_index(), report.conversation_success(results, {}))
+    assert {"success_weak_cue", "contamination_weak_cue"} <= set(tables)
+    assert "base" not in set(tables["contamination_weak_cue"]["arm"])
+    ids = {s.id for s in report.claim_specs(p)}
+    assert "specialists_beat_single_lora_weak_cues" in ids  # the default world has weak cues
