@@ -151,6 +151,8 @@ def test_good_protocol_passes():
     (lambda p: p.update(task_type="multi-hop"), "task_type"),           # unknown task type
     (lambda p: p.update(extra=1), "extra"),                             # a sixth field
     (lambda p: p.update(grounding_facts=[1]), "grounding_facts/0"),
+    (lambda p: p.update(plan=[]), "plan"),                              # an empty plan
+    (lambda p: p.update(plan=[""]), "plan/0"),                          # an empty plan step
 ])
 def test_malformed_protocols_are_rejected_with_reason(mutate, where):
     bad = json.loads(json.dumps(GOOD))
@@ -208,19 +210,24 @@ def test_tool_tokens_are_masked_in_completions():
 
 # ---------------------------------------------------------------- loss terms
 def test_kl_term_on_a_hand_made_example():
-    p = torch.tensor([0.5, 0.25, 0.25])
-    q = torch.tensor([0.25, 0.5, 0.25])
+    # an asymmetric pair: KL(p || q) != KL(q || p), so a swapped direction fails
+    p = torch.tensor([0.9, 0.05, 0.05])
+    q = torch.tensor([0.2, 0.4, 0.4])
     s_logits, p_logits = p.log()[None, None], q.log()[None, None]
     mask = torch.ones(1, 1)
-    rev = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # KL(p || q)
-    fwd = 0.25 * math.log(0.5) + 0.5 * math.log(2)  # KL(q || p)
+    rev = sum(a * math.log(a / b) for a, b in zip(p.tolist(), q.tolist()))  # KL(student || privileged)
+    fwd = sum(b * math.log(b / a) for a, b in zip(p.tolist(), q.tolist()))  # KL(privileged || student)
+    assert abs(rev - fwd) > 0.1
     assert kl_to_privileged(s_logits, p_logits, mask, "reverse").item() == pytest.approx(rev, abs=1e-6)
     assert kl_to_privileged(s_logits, p_logits, mask, "forward").item() == pytest.approx(fwd, abs=1e-6)
+    assert kl_to_privileged(s_logits, p_logits, mask).item() == pytest.approx(rev, abs=1e-6)  # reverse is the default
     assert kl_to_privileged(s_logits, s_logits, mask).item() == pytest.approx(0.0, abs=1e-7)
     # masked tokens (tool-inserted) do not count
     two_s = torch.cat([s_logits, s_logits], 1)
     two_p = torch.cat([p_logits, s_logits + 5.0], 1)
     assert kl_to_privileged(two_s, two_p, torch.tensor([[1.0, 0.0]])).item() == pytest.approx(rev, abs=1e-6)
+    with pytest.raises(ValueError, match="reverse"):
+        kl_to_privileged(s_logits, p_logits, mask, "sideways")
 
 
 def test_kl_gradient_flows_only_into_the_student_branch():
@@ -252,6 +259,103 @@ def test_policy_loss_ignores_masked_tokens():
     loss = policy_loss(logp, logp.detach(), adv, torch.tensor([[1, 0, 1]]), 0.2)
     loss.backward()
     assert logp.grad[0, 1] == 0 and logp.grad[0, 0] < 0
+
+
+@pytest.mark.parametrize("ratio, adv, expected", [
+    (1.5, 1.0, -1.2),    # positive advantage, ratio above 1 + ε: the clipped term is the smaller one
+    (1.5, -1.0, 1.5),    # negative advantage: the unclipped term is the smaller one (pessimistic bound)
+    (0.5, 1.0, -0.5),    # ratio below 1 − ε, positive advantage: unclipped
+    (0.5, -1.0, 0.8),    # ratio below 1 − ε, negative advantage: clipped
+    (1.1, 2.0, -2.2),    # inside the clip range: plain ratio · advantage
+])
+def test_policy_loss_takes_the_pessimistic_clipped_term(ratio, adv, expected):
+    """PPO/GRPO: −min(r·A, clip(r, 1−ε, 1+ε)·A), with a ratio other than 1 (max instead of min fails)."""
+    old = torch.tensor([[-1.0, -2.0]])
+    logp = old + math.log(ratio)
+    loss = policy_loss(logp, old, torch.tensor([adv]), torch.ones(1, 2), 0.2)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+
+
+def test_policy_loss_gradient_vanishes_where_the_clip_binds():
+    old = torch.tensor([[-1.0]])
+    logp = (old + math.log(1.5)).requires_grad_(True)
+    policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 1), 0.2).backward()
+    assert logp.grad.abs().item() == 0.0          # clipped: no push beyond 1 + ε
+    logp2 = (old + math.log(1.5)).requires_grad_(True)
+    policy_loss(logp2, old, torch.tensor([-1.0]), torch.ones(1, 1), 0.2).backward()
+    assert logp2.grad.item() == pytest.approx(1.5, abs=1e-5)  # unclipped: d(r·|A|)/dlogp = r
+
+
+# ---------------------------------------------------------------- loss masks over tool-inserted tokens
+def _toy_codec():
+    from paperworks.protocol_distill.episode import Codec, build_word_tokenizer
+
+    return Codec(build_word_tokenizer(["who employs ann lee ?", "ann lee employer acme labs", "acme labs x",
+                                                 "bob kim employer zeta works cy dow born 1950 eve fox mentor"]))
+
+
+class _ScriptedLM(torch.nn.Module):
+    """A stand-in policy whose next token depends only on the last input token (greedy decoding
+    then follows a fixed script), so the rollout's bookkeeping can be checked token by token."""
+
+    def __init__(self, codec, script: dict[str, str]):
+        super().__init__()
+        self.v = len(codec)
+        self.next = {codec.word_to_id[a]: codec.word_to_id[b] for a, b in script.items()}
+        self.eos = codec.eos
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, cache=None, **kw):
+        from types import SimpleNamespace
+
+        logits = torch.full((*input_ids.shape, self.v), -10.0)
+        for b in range(input_ids.shape[0]):
+            for t in range(input_ids.shape[1]):
+                logits[b, t, self.next.get(int(input_ids[b, t]), self.eos)] = 10.0
+        return SimpleNamespace(logits=logits, cache=None)
+
+
+def test_rollout_masks_the_tool_span_out_of_the_loss():
+    from paperworks.protocol_distill.episode import D_CLOSE, D_OPEN
+    from paperworks.protocol_distill.rollout import rollout
+
+    codec = _toy_codec()
+    script = {"<act>": "<s>", "<s>": "lee", "lee": "employer", "employer": "</s>", "</d>": "<a>", "<a>": "acme", "acme": "labs",
+              "labs": "</a>"}
+    model = _ScriptedLM(codec, script)
+    tool = SearchTool(["ann lee employer acme labs", "bob kim employer zeta works", "cy dow born 1950", "eve fox mentor bob kim"])
+    prompt = [codec.bos] + codec.encode("who employs ann lee ? <act>")
+    ro = rollout(model, codec, [prompt], tool, max_completion=40, max_searches=2, greedy=True)
+    words = ro.words[0]
+    assert words == "<s> lee employer </s> <d> ann lee employer acme labs </d> <a> acme labs </a>".split()
+    assert ro.answers == ["acme labs"] and ro.retrieved == [["ann lee employer acme labs"]]
+    mask = ro.loss_mask[0].tolist()[: len(words)]
+    start, end = words.index(D_OPEN), words.index(D_CLOSE)
+    assert mask[start:end + 1] == [0] * (end - start + 1)                     # the tool's tokens: never trained on
+    assert mask[:start] == [1] * start and mask[end + 1:] == [1] * (len(words) - end - 1)  # the model's own
+    assert ro.completion_mask[0].tolist()[: len(words)] == [1] * len(words)
+
+
+def test_sft_labels_exclude_prompt_and_tool_tokens():
+    from paperworks.core.lm.train import IGNORE
+    from paperworks.protocol_distill.train import sft_batch
+
+    codec = _toy_codec()
+    prompt = [codec.bos] + codec.encode("who employs ann lee ? <act>")
+    comp = completion_from_text("<s> ann lee employer </s> <d> ann lee employer acme labs </d> <a> acme labs </a>")
+    batch = sft_batch(codec, [prompt, prompt[:3]], [comp, comp], 64)
+    labels = batch["labels"][0].tolist()
+    ids = batch["input_ids"][0].tolist()
+    n = len(prompt)
+    assert labels[:n] == [IGNORE] * n
+    for k, (w, m) in enumerate(zip(comp.words, comp.model_mask)):
+        assert labels[n + k] == (codec.word_to_id[w] if m else IGNORE), (k, w)
+        assert ids[n + k] == codec.word_to_id[w]
+    doc = [labels[n + k] for k, m in enumerate(comp.model_mask) if not m]
+    assert len(doc) == 7 and set(doc) == {IGNORE}
+    assert batch["attention_mask"][1].sum() == 3 + len(comp.words) and set(batch["labels"][1, 3 + len(comp.words):].tolist()) <= {IGNORE}
+    with pytest.raises(ValueError, match="max_positions"):
+        sft_batch(codec, [prompt], [comp], 8)
 
 
 # ---------------------------------------------------------------- params
