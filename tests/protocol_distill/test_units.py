@@ -488,6 +488,30 @@ def test_trace_fit_rejects_a_cap_shorter_than_the_traces():
         trace_fit(None, [[1]] * 3, comps, 40, 42, [[1, 2, 3]])
 
 
+def test_online_items_carry_each_methods_privileged_context():
+    from paperworks.protocol_distill.demos import online_items, valid_protocols
+    from paperworks.protocol_distill.episode import answer_context, prompt_text
+
+    codec = _toy_codec()
+    qs = [{"qid": "q1", "text": "who employs ann lee ?", "answer": "acme labs"},
+          {"qid": "q2", "text": "who employs bob kim ?", "answer": "zeta works"}]
+    styled = dict(GOOD, plan=["note certainly", "search carefully ann lee employer", "answer with the last fact"])
+    rows = [{"qid": "q1", "teacher": "opus", "protocol_json": json.dumps(GOOD)},
+            {"qid": "q1", "teacher": "opus_styled", "protocol_json": json.dumps(styled)}]
+    protocols = valid_protocols(rows)
+    student = [[codec.bos] + codec.encode(prompt_text(q["text"])) for q in qs]
+    grpo = online_items(codec, qs, protocols, "none")
+    assert [it.prompt for it in grpo] == student and all(it.privileged is None for it in grpo)
+    opsd = online_items(codec, qs, protocols, "answer")
+    assert opsd[1].privileged == [codec.bos] + codec.encode(prompt_text(qs[1]["text"], answer_context("zeta works")))
+    mapd = online_items(codec, qs, protocols, "protocol", "opus")
+    assert mapd[0].privileged == [codec.bos] + codec.encode(prompt_text(qs[0]["text"], protocol_to_context(GOOD)))
+    assert mapd[1].privileged is None            # no valid protocol for q2: no KL target
+    styled_items = online_items(codec, qs, protocols, "protocol", "opus_styled")
+    assert styled_items[0].privileged == [codec.bos] + codec.encode(prompt_text(qs[0]["text"], protocol_to_context(styled)))
+    assert [it.prompt for it in styled_items] == student   # the student branch never sees the context
+
+
 # ---------------------------------------------------------------- report
 def _warm_report(student: list[float], privileged: list[float], tic_share: float = 0.0) -> dict:
     qids = [f"hotpotqa-test-{i:04d}" for i in range(len(student))]
