@@ -36,19 +36,36 @@ RUN_SCHEMA = pa.schema([
     ("teacher", pa.string()), ("kl_coef", pa.float64()),
     ("qid", pa.string()), ("qset", pa.string()), ("em", pa.float64()), ("answered", pa.float64()),
     ("length", pa.float64()), ("style_drift", pa.float64()), ("unsupported", pa.float64()), ("n_searches", pa.float64()),
+    ("max_completion", pa.int64()),
 ])
 
 
-def warm_model_path(size: str) -> Path:
-    return MODELS / f"warm_{size}.safetensors"
+def warm_model_path(size: str, seed: int) -> Path:
+    return MODELS / f"warm_{size}_{seed}.safetensors"
 
 
-def warm_report_path(size: str) -> Path:
-    return WARM_DIR / f"{size}.json"
+def warm_report_path(size: str, seed: int) -> Path:
+    return WARM_DIR / f"{size}_{seed}.json"
 
 
-def run_table_path(size: str, seed: int) -> Path:
-    return RUNS_DIR / f"{size}_{seed}.parquet"
+def warm_live_dir(size: str, seed: int) -> Path:
+    return PLOTS / f"live_warm_{size}_{seed}"
+
+
+def run_table_path(size: str, run: str, seed: int) -> Path:
+    return RUNS_DIR / f"{size}_{run}_{seed}.parquet"
+
+
+def run_history_path(size: str, run: str, seed: int) -> Path:
+    return RUNS_DIR / f"{size}_{run}_{seed}_history.json"
+
+
+def online_model_path(size: str, run: str, seed: int) -> Path:
+    return MODELS / "online" / f"{size}_{run}_{seed}.safetensors"
+
+
+def online_live_dir(size: str, run: str, seed: int) -> Path:
+    return PLOTS / f"live_online_{size}_{run}_{seed}"
 
 
 def read_questions() -> list[dict]:

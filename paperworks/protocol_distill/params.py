@@ -1,9 +1,11 @@
 """Typed parameters of the protocol_distill track (section ``protocol_distill`` of params.yaml)."""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from paperworks.core.lm.model import LMConfig
 from paperworks.core.params import StrictModel
@@ -11,6 +13,37 @@ from paperworks.core.params import StrictModel
 SizeName = Literal["tiny", "small"]
 TeacherName = Literal["opus", "gpt", "gemini"]
 MethodName = Literal["grpo", "opsd", "trace", "mapd"]
+
+RUN_PATTERN = re.compile(r"^(?:(grpo|opsd|trace)|mapd_(opus|gpt|gemini)(_styled)?(?:_lam(\d+(?:\.\d+)?))?)$")
+RUN_HELP = ("grpo | opsd | trace | mapd_<teacher>[_styled][_lam<λ>] with <teacher> in opus/gpt/gemini "
+            "(e.g. mapd_opus, mapd_opus_styled, mapd_opus_lam0.3)")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One online run: its method, the teacher whose protocols MAPD reads ('' otherwise), whether
+    those protocols carry the teacher's style in their free-form fields, and λ."""
+
+    run: str
+    method: str
+    teacher: str
+    styled: bool
+    kl_coef: float
+
+    @property
+    def protocol_source(self) -> str:
+        """The protocol rows' teacher name (``opus`` or ``opus_styled``)."""
+        return f"{self.teacher}_styled" if self.styled else self.teacher
+
+
+def parse_run(name: str, default_kl: float) -> RunSpec:
+    m = RUN_PATTERN.match(name)
+    if m is None:
+        raise ValueError(f"unknown run {name!r}: expected {RUN_HELP}")
+    plain, teacher, styled, lam = m.groups()
+    if plain:
+        return RunSpec(name, plain, "", False, default_kl if plain == "opsd" else 0.0)
+    return RunSpec(name, "mapd", teacher, bool(styled), float(lam) if lam is not None else default_kl)
 
 
 class PoolSizes(StrictModel):
@@ -49,10 +82,15 @@ class StepsPerSize(StrictModel):
     small: int = Field(ge=1)
 
 
+class LrPerSize(StrictModel):
+    tiny: float = Field(gt=0, le=0.1)
+    small: float = Field(gt=0, le=0.1)
+
+
 class WarmStartParams(StrictModel):
     steps: StepsPerSize
     batch_size: int = Field(ge=1)
-    lr: float = Field(gt=0, le=0.1)
+    lr: LrPerSize = Field(description="per student size: the larger one needs its own rate to beat the smaller")
     warmup_steps: int = Field(ge=0)
     mix: WarmMix
     question_dropout: float = Field(ge=0, le=1, description="share of context-conditioned demos whose question is hidden")
@@ -61,7 +99,7 @@ class WarmStartParams(StrictModel):
 
 
 class OnlineParams(StrictModel):
-    methods: list[MethodName] = Field(min_length=1)
+    runs: list[str] = Field(min_length=1, description=f"online runs, one DVC stage each per size and seed: {RUN_HELP}")
     steps: int = Field(ge=1)
     prompts_per_step: int = Field(ge=1)
     group_size: int = Field(ge=2, description="GRPO group size G")
@@ -69,20 +107,31 @@ class OnlineParams(StrictModel):
     temperature: float = Field(gt=0, le=2)
     clip_eps: float = Field(gt=0, le=1)
     normalise_std: bool = Field(description="divide the group-centred reward by the group std")
-    kl_coef: float = Field(ge=0, le=10, description="λ of the KL term (OPSD, MAPD)")
+    kl_coef: float = Field(ge=0, le=10, description="λ of the KL term (OPSD, MAPD) unless the run name sets it")
     kl_warmup_steps: int = Field(ge=0)
     kl_direction: Literal["reverse", "forward"]
-    lambda_sweep: list[float] = Field(description="extra MAPD runs (first teacher) at these λ")
-    lambda_sweep_sizes: list[SizeName]
-    trace_batch_size: int = Field(ge=1)
     probe_every: int = Field(ge=1)
 
-    @field_validator("lambda_sweep")
+    @field_validator("runs")
     @classmethod
-    def _nonnegative(cls, v: list[float]) -> list[float]:
-        if any(x < 0 for x in v):
-            raise ValueError("every λ in the sweep must be ≥ 0")
+    def _known_runs(cls, v: list[str]) -> list[str]:
+        for name in v:
+            parse_run(name, 0.0)
+            if float(RUN_PATTERN.match(name).group(4) or 0) > 10:
+                raise ValueError(f"run {name!r}: λ must be ≤ 10")
         return v
+
+
+class TraceParams(StrictModel):
+    """Trace imitation trained to its own standard (SFT on the teachers' raw traces from the warm start)."""
+
+    steps: int = Field(ge=1, description="SFT steps; its loss curve must plateau (convergence precondition)")
+    lr: float = Field(gt=0, le=0.1)
+    warmup_steps: int = Field(ge=0)
+    batch_size: int = Field(ge=1)
+    log_every: int = Field(ge=1)
+    max_completion: int = Field(ge=16, le=512, description="rollout cap of the trace-imitation student; every training "
+                                                           "trace must fit (checked before training)")
 
 
 class ModelSizes(StrictModel):
@@ -94,18 +143,23 @@ class ClaimParams(StrictModel):
     """What the claims rest on (read by protocol_distill_evaluate only)."""
 
     min_privileged_gap_points: float = Field(20.0, gt=0, le=100, description="EM points the privileged branch must beat the student by on multi-hop before online training")
+    style_margin: float = Field(0.05, gt=0, le=1, description="non-inferiority margin (share of outputs with a tic word) of "
+                                                              "'MAPD with styled protocols adds no tics over GRPO'")
 
 
 class Params(StrictModel):
     world: WorldParams
     search: SearchParams
     teachers: list[TeacherName] = Field(min_length=1)
+    style_teachers: list[TeacherName] = Field(default_factory=list, description="teachers that also write a styled protocol "
+                                              "variant (<teacher>_styled): their narration in the free-form fields")
     models: ModelSizes
     sizes: list[SizeName] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1, description="one warm start and one run of every method per seed (paired)")
     rollout: RolloutParams
     warmstart: WarmStartParams
     online: OnlineParams
+    trace: TraceParams
     eval_batch_size: int = Field(ge=1)
     claims: ClaimParams = ClaimParams()
 
@@ -115,3 +169,22 @@ class Params(StrictModel):
         if len(set(v)) != len(v):
             raise ValueError("teachers must be distinct")
         return v
+
+    @model_validator(mode="after")
+    def _runs_use_known_teachers(self) -> "Params":
+        for name in self.online.runs:
+            r = parse_run(name, self.online.kl_coef)
+            if r.method == "mapd" and r.teacher not in self.teachers:
+                raise ValueError(f"online.runs: {name!r} reads protocols of {r.teacher!r}, not in teachers {self.teachers}")
+            if r.styled and r.teacher not in self.style_teachers:
+                raise ValueError(f"online.runs: {name!r} needs {r.teacher!r} in style_teachers {self.style_teachers}")
+        if not set(self.style_teachers) <= set(self.teachers):
+            raise ValueError(f"style_teachers {self.style_teachers} must be among teachers {self.teachers}")
+        return self
+
+    def run_specs(self) -> list[RunSpec]:
+        return [parse_run(r, self.online.kl_coef) for r in self.online.runs]
+
+    def branches(self) -> list[str]:
+        """Every branch the warm-start report measures: student, answer, each teacher's protocol, styled variants."""
+        return ["student", "answer", *self.teachers, *(f"{t}_styled" for t in self.style_teachers)]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from paperworks.core.lm.tokenizer import load_tokenizer
 from paperworks.protocol_distill import artifacts as A
 from paperworks.protocol_distill.demos import encode_prompt, valid_protocols
-from paperworks.protocol_distill.episode import Codec, answer_context
+from paperworks.protocol_distill.episode import EPISODE_TOKENS, Codec, answer_context
 from paperworks.protocol_distill.protocol import protocol_to_context
 from paperworks.protocol_distill.search import SearchTool
 from paperworks.protocol_distill.teacher import TEACHERS
@@ -46,7 +46,19 @@ def branch_prompts(ws: Workspace, questions: list[dict], branch: str) -> list[li
     return out
 
 
-def tic_words(teachers: list[str]) -> set[str]:
-    """Words that only the teachers' narration uses (not questions, documents or the episode format)."""
-    return set().union(*(TEACHERS[t].tic_words for t in teachers)) - {",", ".", "!", ":", "the", "is", "a", "i",
-                                                                      "this", "let", "me", "answer", "of", "and"}
+def tic_words(ws: Workspace, teachers: list[str]) -> set[str]:
+    """The style measure's word list: words of the teachers' narration that occur nowhere a student
+    reads or must write for the task — no question, document, answer, plain (unstyled) protocol
+    context or episode token. So "what" or "first" (question words) never count as a tic, and a
+    tic in an output can only come from the teachers' style (traces or styled protocols)."""
+    narration = set().union(*(TEACHERS[t].tic_words for t in teachers))
+    task: set[str] = set(EPISODE_TOKENS)
+    for text in ws.tool.docs:
+        task.update(text.split())
+    for q in ws.questions:
+        task.update(q["text"].split())
+        task.update(q["answer"].split())
+    for (qid, teacher), p in ws.protocols.items():
+        if not teacher.endswith("_styled"):
+            task.update(protocol_to_context(p).split())
+    return narration - task

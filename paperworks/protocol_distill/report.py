@@ -29,18 +29,20 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         row["style_drift"] = float(g.style_drift.mean())
         row["unsupported"] = float(g.unsupported.mean())
         row["no_answer"] = int((g.answered == 0).sum())
+        row["no_answer_rate"] = float((g.answered == 0).mean())
+        row["max_completion"] = int(g.max_completion.max())
         row["mean_searches"] = float(g.n_searches.mean())
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def question_units(df: pd.DataFrame, warm_reports: dict[str, dict]) -> dict[str, pd.DataFrame]:
+def question_units(df: pd.DataFrame, warm_reports: dict[tuple[str, int], dict]) -> dict[str, pd.DataFrame]:
     """Per-unit tables of every claim: one row per (run[size], seed, test question).
 
-    Each seed is one online training run (the cluster); test questions sit inside it. Seeds are
-    paired across methods (same warm start, same question order). The warm-start student is one
-    model per size: its per-question EM stands beside each seed's, so "online vs warm start" is
-    paired by seed and question too.
+    Each seed is one warm start plus one online run of every method (the cluster); test questions
+    sit inside it. Seeds are paired across methods (same warm start, same question order) and
+    across sizes (same seed index, same test questions). The warm-start student of each seed
+    stands beside that seed's online runs, so "online vs warm start" is paired by seed too.
     """
     frame = df.assign(arm=df["run"] + "[" + df["size"] + "]", cluster=df["seed"].astype(int), unit=df["qid"])
     tables = {}
@@ -49,7 +51,7 @@ def question_units(df: pd.DataFrame, warm_reports: dict[str, dict]) -> dict[str,
     multi = frame[frame["qset"].isin(MULTI_HOP_SETS)]
     tables["em_multi_hop"] = multi.assign(value=multi["em"].astype(float))
     warm_rows = [{"arm": f"warm_start[{size}]", "cluster": int(seed), "unit": q, "value": float(em)}
-                 for size, rep in warm_reports.items() for seed in sorted(df.loc[df["size"] == size, "seed"].unique())
+                 for (size, seed), rep in sorted(warm_reports.items())
                  for q, em in rep["branches"]["student"]["em_per_question"].items()]
     tables["em"] = pd.concat([tables["em"][["arm", "cluster", "unit", "value"]], pd.DataFrame(warm_rows)], ignore_index=True)
     return {k: unit_table(v[["arm", "cluster", "unit", "value"]]) for k, v in tables.items()}
@@ -59,26 +61,48 @@ def gap_name(teacher: str, size: str, points: float) -> str:
     return f"protocol of {teacher} lifts the privileged branch ≥ {points:g} EM points on multi-hop ({size})"
 
 
-def preconditions(p: Params, gap_table: dict, warm_curves: dict[str, list[float]], trace_curves: dict[str, list[list[float]]],
-                  style_outside_trace: float, ev: EvidenceParams) -> list[dict]:
+def style_reach_name(branch: str, size: str) -> str:
+    return f"the {branch} protocols put teacher tics into the privileged branch's outputs ({size})"
+
+
+SIZE_ORDER_NAME = "the larger student beats the smaller at warm start"
+
+
+def _seed_mean(warm_reports: dict[tuple[str, int], dict], size: str, fn) -> float:
+    return float(np.mean([fn(rep) for (s, _), rep in warm_reports.items() if s == size]))
+
+
+def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int], dict], warm_curves: dict[str, list[list[float]]],
+                  trace_curves: dict[str, list[list[float]]], ev: EvidenceParams) -> list[dict]:
     """What the claims rest on, measured: the privileged gap before online training (per teacher and
-    size), converged warm starts and trace-imitation SFT, and a style measure that can fire."""
+    size, mean over seeds), every seed's warm start and trace-imitation SFT converged, style that can
+    reach the student through the styled protocols, and the size order at warm start."""
     need = p.claims.min_privileged_gap_points
     out = []
     for size in p.sizes:
-        for t in p.teachers:
+        for t in [*p.teachers, *(f"{x}_styled" for x in p.style_teachers)]:
             g = gap_table[f"{size}/{t}"]
             out.append(precondition(gap_name(t, size, need), g["gap_points"] >= need, value=round(g["gap_points"], 2),
                                     threshold=need, detail=f"{g['privileged_em_multi_hop']:.3f} vs {g['student_em_multi_hop']:.3f} "
-                                    f"({g['gap_points']:+.1f} points, 95 % interval over questions [{g['gap_ci_low_points']:+.1f}, "
-                                    f"{g['gap_ci_high_points']:+.1f}])"))
-        out.append(convergence(f"warm start converged ({size})", warm_curves[size], ev))
-        out.append(combine(f"trace imitation's SFT converged ({size})",
-                           [convergence(f"seed {i}", c, ev) for i, c in enumerate(trace_curves.get(size, []))], "seeds"))
-    out.append(precondition("the style measure fires outside trace imitation", style_outside_trace > 0,
-                            value=round(float(style_outside_trace), 4), threshold="> 0",
-                            detail=f"largest style-drift share of any non-trace run: {style_outside_trace:.3f} (0 means the tic words "
-                            "occur in no training target of those methods, so the measure cannot tell them apart)"))
+                                    f"({g['gap_points']:+.1f} points, mean over {g['seeds']} seeds; 95 % interval over {g['interval_over']} "
+                                    f"[{g['gap_ci_low_points']:+.1f}, {g['gap_ci_high_points']:+.1f}])"))
+        for t in p.style_teachers:
+            share = _seed_mean(warm_reports, size, lambda rep: rep["branches"][f"{t}_styled"]["tic_share"])
+            plain = _seed_mean(warm_reports, size, lambda rep: rep["branches"]["student"]["tic_share"])
+            out.append(precondition(style_reach_name(f"{t}_styled", size), share > 0, value=round(share, 4), threshold="> 0",
+                                    detail=f"share of the privileged branch's greedy test outputs with a tic word, reading {t}_styled "
+                                    f"protocols: {share:.3f} (student branch: {plain:.3f}); 0 means the KL target writes no tic, so "
+                                    "the style test could not fail"))
+        out.append(combine(f"warm start converged ({size})",
+                           [convergence(f"seed {k}", c, ev) for k, c in zip(p.seeds, warm_curves[size])], "seeds"))
+        if "trace" in p.online.runs:
+            out.append(combine(f"trace imitation's SFT converged ({size})",
+                               [convergence(f"seed {k}", c, ev) for k, c in zip(p.seeds, trace_curves.get(size, []))], "seeds"))
+    if len(p.sizes) > 1:
+        em = {s: _seed_mean(warm_reports, s, lambda rep: rep["branches"]["student"]["em_by_set"]["avg"]) for s in p.sizes}
+        small, large = p.sizes[0], p.sizes[-1]
+        out.append(precondition(SIZE_ORDER_NAME, em[large] > em[small], value=round(em[large] - em[small], 4), threshold="> 0",
+                                detail=f"student-branch EM at warm start, mean over seeds: {large} {em[large]:.3f} vs {small} {em[small]:.3f}"))
     return out
 
 
@@ -88,15 +112,18 @@ def claim_specs(p: Params, runs: set[str]) -> list[ClaimSpec]:
     specs: list[ClaimSpec] = []
 
     def add(cid: str, statement: str, table: str, method: str, baseline: str, size: str, pre: tuple[str, ...],
-            headline: bool = False, higher_is_better: bool = True, metric: str = "EM") -> None:
+            headline: bool = False, higher_is_better: bool = True, metric: str = "EM", kind: str = "superiority",
+            margin: float | None = None, baseline_size: str | None = None) -> None:
+        bsize = baseline_size or size
         if method in runs and (baseline in runs or baseline == "warm_start"):
             specs.append(ClaimSpec(id=f"{cid}_{size}", statement=f"{statement} ({size})", table=table, metric=metric,
-                                   method=f"{method}[{size}]", baseline=f"{baseline}[{size}]", unit="question", cluster="seed",
+                                   method=f"{method}[{size}]", baseline=f"{baseline}[{bsize}]", unit="question", cluster="seed",
                                    role="headline" if headline else "exploratory", higher_is_better=higher_is_better,
-                                   preconditions=pre))
+                                   preconditions=pre, kind=kind, margin=margin))
 
     for i, size in enumerate(p.sizes):
-        base = (gap_name(p.teachers[0], size, need), f"warm start converged ({size})")
+        conv = f"warm start converged ({size})"
+        base = (gap_name(p.teachers[0], size, need), conv)
         trace = (*base, f"trace imitation's SFT converged ({size})")
         add("mapd_vs_grpo", "MAPD beats GRPO-only (all seven sets)", "em", main, "grpo", size, base, headline=i == 0)
         add("mapd_vs_opsd", "MAPD beats OPSD (all seven sets)", "em", main, "opsd", size, base, headline=i == 0)
@@ -106,35 +133,59 @@ def claim_specs(p: Params, runs: set[str]) -> list[ClaimSpec]:
             metric="EM, multi-hop sets")
         add("mapd_vs_trace", "MAPD beats trace imitation", "em", main, "trace", size, trace)
         add("mapd_less_style_than_trace", "MAPD outputs carry fewer teacher tics than trace imitation", "style_drift", main,
-            "trace", size, (*trace, "the style measure fires outside trace imitation"), higher_is_better=False,
-            metric="share of outputs with a tic word")
+            "trace", size, trace, higher_is_better=False, metric="share of outputs with a tic word")
         add("mapd_shorter_than_trace", "MAPD outputs are shorter than trace imitation's", "length", main, "trace", size, trace,
             higher_is_better=False, metric="model-written tokens")
         add("mapd_fewer_unsupported", "MAPD gives fewer answers unsupported by any retrieved document than GRPO-only",
             "unsupported", main, "grpo", size, base, higher_is_better=False, metric="share of unsupported answers")
         for t in p.teachers[1:]:
             add(f"mapd_{t}_vs_grpo", f"MAPD with protocols from '{t}' beats GRPO-only", "em", f"mapd_{t}", "grpo", size,
-                (gap_name(t, size, need), f"warm start converged ({size})"))
+                (gap_name(t, size, need), conv))
+        # the style test: protocols whose free-form fields carry the teacher's narration
+        for t in p.style_teachers:
+            styled, reach = f"mapd_{t}_styled", style_reach_name(f"{t}_styled", size)
+            add(f"{styled}_no_more_style_than_grpo", f"MAPD with '{t}' protocols carrying its style adds at most "
+                f"{p.claims.style_margin:g} of outputs with a tic over GRPO-only (the schema strips the style)", "style_drift",
+                styled, "grpo", size, (reach, conv), higher_is_better=False, metric="share of outputs with a tic word",
+                kind="non_inferiority", margin=p.claims.style_margin)
+            add(f"{styled}_less_style_than_trace", f"MAPD with '{t}' protocols carrying its style has fewer tics than trace "
+                "imitation", "style_drift", styled, "trace", size, (reach, conv, f"trace imitation's SFT converged ({size})"),
+                higher_is_better=False, metric="share of outputs with a tic word")
         for run in ("grpo", main):
             add(f"{run}_vs_warm_start", f"online training ({run}) improves on the warm-start student", "em", run, "warm_start",
-                size, (f"warm start converged ({size})",))
+                size, (conv,))
+    if len(p.sizes) > 1:
+        small, large = p.sizes[0], p.sizes[-1]
+        add("mapd_larger_beats_smaller", f"MAPD on the larger student beats MAPD on the smaller, {small}", "em", main, main,
+            large, (SIZE_ORDER_NAME, f"warm start converged ({large})", f"warm start converged ({small})"), baseline_size=small)
     return specs
 
 
-def privileged_gap_table(warm_reports: dict[str, dict], teachers: list[str], confidence: float = 0.95) -> dict:
+def privileged_gap_table(warm_reports: dict[tuple[str, int], dict], branches: list[str], confidence: float = 0.95) -> dict:
     """Before online training: privileged branch (question + protocol, or reference answer) vs the
-    student branch on multi-hop test questions, per size. One warm-start model per size, so the
-    interval is over questions, conditional on that model (descriptive; the gap is a precondition)."""
+    student branch on multi-hop test questions, per size, averaged over the seeds' warm starts.
+    With ≥ 2 seeds the interval is over seeds (questions nested, paired); with one seed it is over
+    questions, conditional on that one warm start."""
     table = {}
-    for size, rep in sorted(warm_reports.items()):
-        qids = sorted(rep["branches"]["student"]["em_per_question"])
+    for size in sorted({s for s, _ in warm_reports}):
+        reps = [rep for (s, _), rep in sorted(warm_reports.items()) if s == size]
+        qids = sorted(reps[0]["branches"]["student"]["em_per_question"])
         multi = [q for q in qids if q.split("-")[0] in MULTI_HOP_SETS]
-        stu = np.array([rep["branches"]["student"]["em_per_question"][q] for q in multi], dtype=float)
-        for branch in [*teachers, "answer"]:
-            priv = np.array([rep["branches"][branch]["em_per_question"][q] for q in multi], dtype=float)
-            t = compare_clustered([np.array([v]) for v in priv], [np.array([v]) for v in stu], paired=True,
-                                  confidence=confidence, seed=len(multi))
-            table[f"{size}/{branch}"] = {"privileged_em_multi_hop": float(priv.mean()), "student_em_multi_hop": float(stu.mean()),
+
+        def em(rep: dict, branch: str) -> np.ndarray:
+            return np.array([rep["branches"][branch]["em_per_question"][q] for q in multi], dtype=float)
+
+        for branch in branches:
+            if branch == "student":
+                continue
+            priv, stu = [em(r, branch) for r in reps], [em(r, "student") for r in reps]
+            if len(reps) == 1:  # each question its own cluster
+                priv, stu = [np.array([v]) for v in priv[0]], [np.array([v]) for v in stu[0]]
+            t = compare_clustered(priv, stu, paired=True, confidence=confidence, seed=len(multi))
+            table[f"{size}/{branch}"] = {"privileged_em_multi_hop": float(np.mean([em(r, branch).mean() for r in reps])),
+                                         "student_em_multi_hop": float(np.mean([em(r, "student").mean() for r in reps])),
                                          "gap_points": 100 * t.diff, "gap_ci_low_points": 100 * t.ci_low,
-                                         "gap_ci_high_points": 100 * t.ci_high, "questions": len(multi)}
+                                         "gap_ci_high_points": 100 * t.ci_high, "questions": len(multi), "seeds": len(reps),
+                                         "interval_over": "seeds" if len(reps) > 1 else "questions",
+                                         "tic_share": float(np.mean([r["branches"][branch].get("tic_share", 0.0) for r in reps]))}
     return table

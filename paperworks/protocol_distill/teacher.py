@@ -11,6 +11,12 @@ fact's document uses through the search tool):
   budget;
 - Protocol Synthesizer: turns the exploration trace into the five-field JSON protocol.
 
+A *styled* protocol variant (``<teacher>_styled``) is the same exploration written by a
+synthesizer that lets its narration into the free-form fields, as an LLM writing JSON does: a
+note step with its opening line, its adverb inside every plan step ("search carefully a b
+employer"), its failure remark before every partial finding. The schema accepts it (it checks
+structure, not wording), so only the training signal can keep the style out of the student.
+
 Three variants differ in strategy (first-query wording, repair budget, extra context, plan order)
 and in style: each also writes a verbose natural-language trace with its own stylistic tics, the
 training data of the trace-imitation baseline. Like a real LLM synthesizer, each variant sometimes
@@ -43,6 +49,7 @@ class TeacherStyle:
     closing: str
     defect: str                 # the kind of malformed protocol this variant sometimes writes
     defect_rate: float
+    query_tic: str = ""         # the adverb the styled protocol variant puts into every plan step
 
     @property
     def tic_words(self) -> set[str]:
@@ -58,7 +65,7 @@ TEACHERS: dict[str, TeacherStyle] = {
         after_success="excellent , this is clearly relevant .",
         after_failure="hmm , that did not work . let me rephrase the query .",
         closing="to summarize , having carefully verified everything , the answer is",
-        defect="plan_not_list", defect_rate=0.03),
+        defect="plan_not_list", defect_rate=0.03, query_tic="carefully"),
     "gpt": TeacherStyle(
         "gpt", "surface", 2, False, False, "lookup",
         opening="great question ! here is my plan .",
@@ -66,7 +73,7 @@ TEACHERS: dict[str, TeacherStyle] = {
         after_success="got it . here is what i found .",
         after_failure="oops , no luck . trying again .",
         closing="in short , the final answer is",
-        defect="missing_field", defect_rate=0.05),
+        defect="missing_field", defect_rate=0.05, query_tic="quick"),
     "gemini": TeacherStyle(
         "gemini", "canonical", 2, True, True, "find",
         opening="interesting ! let us explore this from several angles .",
@@ -74,7 +81,7 @@ TEACHERS: dict[str, TeacherStyle] = {
         after_success="fascinating , another piece of the puzzle .",
         after_failure="curious , an unexpected result . reconsidering the angle .",
         closing="all in all , weighing the evidence , the answer is",
-        defect="unknown_task_type", defect_rate=0.04),
+        defect="unknown_task_type", defect_rate=0.04, query_tic="deeper"),
 }
 
 
@@ -180,13 +187,18 @@ def explore(world: World, tool: SearchTool, q: Question, style: TeacherStyle) ->
     return ex
 
 
-def synthesize(q: Question, ex: Exploration, style: TeacherStyle, rng: np.random.Generator) -> dict:
-    """Protocol Synthesizer: the exploration trace → the five-field protocol (possibly malformed)."""
-    plan = [f"{style.plan_verb} {qq}" for qq in ex.successful_queries]
+def synthesize(q: Question, ex: Exploration, style: TeacherStyle, rng: np.random.Generator, styled: bool = False) -> dict:
+    """Protocol Synthesizer: the exploration trace → the five-field protocol (possibly malformed).
+    ``styled``: the teacher's narration goes into the free-form fields (plan, partial findings)."""
+    tic = f"{style.query_tic} " if styled and style.query_tic else ""
+    plan = [f"{style.plan_verb} {tic}{qq}" for qq in ex.successful_queries]
     if q.task_type == "comparison":
         plan.append("compare born years , earlier wins")
     plan.append("answer with the last fact" if q.task_type != "comparison" else "answer with the earlier person")
     partial = [f"{s.query} gave {s.result or 'nothing'} : {s.note}" for s in ex.steps if not s.ok and s.note]
+    if styled:
+        plan = [f"note {style.opening}", *plan]
+        partial = [f"{style.after_failure} {x}" for x in partial]
     verified = ex.answer is not None and any(ex.answer in f for f in ex.facts)
     protocol = {
         "task_type": q.task_type,
@@ -215,16 +227,18 @@ def nl_trace(ex: Exploration, style: TeacherStyle) -> str:
     return " ".join(parts)
 
 
-def run_teacher(world: World, tool: SearchTool, questions: list[Question], style: TeacherStyle, seed: int) -> list[dict]:
-    """One record per question: protocol JSON text, validity + reason, NL trace, teacher answer."""
+def run_teacher(world: World, tool: SearchTool, questions: list[Question], style: TeacherStyle, seed: int,
+                styled: bool = False) -> list[dict]:
+    """One record per question: protocol JSON text, validity + reason, NL trace, teacher answer.
+    ``styled``: the same explorations, written as the styled protocol variant ``<name>_styled``."""
     rng = np.random.default_rng(seed)
     rows = []
     for q in questions:
         ex = explore(world, tool, q, style)
-        protocol = synthesize(q, ex, style, rng)
+        protocol = synthesize(q, ex, style, rng, styled)
         errors = protocol_errors(protocol)
         rows.append({
-            "qid": q.qid, "teacher": style.name,
+            "qid": q.qid, "teacher": f"{style.name}_styled" if styled else style.name,
             "protocol_json": json.dumps(protocol, sort_keys=True),
             "valid": not errors, "reject_reason": "; ".join(errors),
             "trace": nl_trace(ex, style),

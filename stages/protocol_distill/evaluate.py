@@ -62,43 +62,48 @@ def main() -> None:
     p = load_section("protocol_distill", Params)
     ev = load_evidence()
     raw = read_params_file()
-    tables = []
-    for size in p.sizes:
-        for seed in p.seeds:
-            tables.append(read_parquet(A.run_table_path(size, seed), A.RUN_SCHEMA))
+    tables = [read_parquet(A.run_table_path(size, run, seed), A.RUN_SCHEMA)
+              for size in p.sizes for run in p.online.runs for seed in p.seeds]
     df = pd.concat(tables, ignore_index=True)
     if df.empty:
         raise ArtifactError(f"{A.RUNS_DIR}: no evaluation rows")
-    warm = {s: read_json(A.warm_report_path(s)) for s in p.sizes}
+    warm = {(s, k): read_json(A.warm_report_path(s, k)) for s in p.sizes for k in p.seeds}
     synthesis = read_json(A.SYNTHESIS_REPORT)
     summary = summary_table(df)
-    gap_table = privileged_gap_table(warm, p.teachers, ev.confidence)
-    warm_curves = {s: live_curve(A.PLOTS / f"live_warm_{s}/plots/metrics/loss.tsv") for s in p.sizes}
-    trace_curves = {s: [live_curve(A.PLOTS / f"live_online_{s}_{seed}/trace/plots/metrics/loss.tsv") for seed in p.seeds]
-                    for s in p.sizes} if "trace" in p.online.methods else {}
-    style_outside = float(summary.loc[summary["method"] != "trace", "style_drift"].max())
+    gap_table = privileged_gap_table(warm, p.branches(), ev.confidence)
+    warm_curves = {s: [live_curve(A.warm_live_dir(s, k) / "plots/metrics/loss.tsv") for k in p.seeds] for s in p.sizes}
+    trace_curves = {s: [live_curve(A.online_live_dir(s, "trace", k) / "plots/metrics/loss.tsv") for k in p.seeds]
+                    for s in p.sizes} if "trace" in p.online.runs else {}
+    trace_fit = {f"{s}/{k}": read_json(A.run_history_path(s, "trace", k))["trace_fit"] for s in p.sizes for k in p.seeds} \
+        if "trace" in p.online.runs else {}
     units = question_units(df, warm)
     claims = evaluate_claims(claim_specs(p, set(df["run"])), units,
-                             preconditions(p, gap_table, warm_curves, trace_curves, style_outside, ev), ev,
+                             preconditions(p, gap_table, warm, warm_curves, trace_curves, ev), ev,
                              seed=global_seed(raw), track="protocol_distill")
     write_unit_tables("protocol_distill", units)
     with atomic_path(A.PLOTS / "results.csv") as tmp:
         summary.to_csv(tmp, index=False, float_format="%.4f")
-    sweep = summary[summary.run.str.startswith(f"mapd_{p.teachers[0]}")][["size", "run", "kl_coef", "em_avg", "em_multi_hop", "seeds"]]
+    sweep = summary[summary.run.str.match(rf"^mapd_{p.teachers[0]}(_lam.*)?$")][["size", "run", "kl_coef", "em_avg", "em_multi_hop", "seeds"]]
     with atomic_path(A.PLOTS / "lambda_sweep.csv") as tmp:
         sweep.sort_values(["size", "kl_coef"]).to_csv(tmp, index=False, float_format="%.4f")
     plot_em(df, A.PLOTS / "em_by_method.png", ev.confidence)
     brief = {f"{r['size']}/{r['run']}": {"em_avg": r["em_avg"], "em_multi_hop": r["em_multi_hop"], "mean_length": r["mean_length"],
-                                         "style_drift": r["style_drift"], "unsupported": r["unsupported"], "no_answer": r["no_answer"]}
+                                         "style_drift": r["style_drift"], "unsupported": r["unsupported"], "no_answer": r["no_answer"],
+                                         "no_answer_rate": r["no_answer_rate"], "max_completion": r["max_completion"]}
              for r in summary.to_dict("records")}
-    teachers = {t: {k: v for k, v in synthesis[t].items() if k != "reject_reasons"} for t in p.teachers}
+    teachers = {t: {k: v for k, v in synthesis[t].items() if k != "reject_reasons"}
+                for t in [*p.teachers, *(f"{x}_styled" for x in p.style_teachers)]}
+    tics = sorted(set().union(*(set(r.get("tic_words", [])) for r in warm.values())))
     write_json(A.METRICS, {"profile": raw.get("profile"), "claims": claims, "claim_summary": claim_summary(claims),
                            "evidence": evidence_block(ev, global_seed(raw)), "summary": brief, "privileged_gap": gap_table,
-                           "teachers": teachers, "seeds": len(p.seeds), "test_questions": int(df.qid.nunique())})
-    lines = ["| size | run | EM avg | EM multi-hop | length | style drift | unsupported | no answer |", "|---|---|---|---|---|---|---|---|"]
+                           "teachers": teachers, "seeds": len(p.seeds), "test_questions": int(df.qid.nunique()),
+                           "trace_fit": trace_fit, "tic_words": tics})
+    lines = ["| size | run | EM avg | seed 95 % CI | EM multi-hop | length | style drift | unsupported | no answer (rate) | cap |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary.to_dict("records"):
-        lines.append(f"| {r['size']} | {r['run']} | {r['em_avg']:.3f} | {r['em_multi_hop']:.3f} | {r['mean_length']:.1f} | "
-                     f"{r['style_drift']:.3f} | {r['unsupported']:.3f} | {r['no_answer']} |")
+        lines.append(f"| {r['size']} | {r['run']} | {r['em_avg']:.3f} | [{r['em_seed_ci_low']:.3f}, {r['em_seed_ci_high']:.3f}] | "
+                     f"{r['em_multi_hop']:.3f} | {r['mean_length']:.1f} | {r['style_drift']:.3f} | {r['unsupported']:.3f} | "
+                     f"{r['no_answer']} ({r['no_answer_rate']:.3f}) | {r['max_completion']} |")
     write_text(A.PLOTS / "results.md", "\n".join(lines) + "\n")
     for c in claims:
         log.info("%s: %s", c["id"], c["verdict"])

@@ -34,8 +34,12 @@ def main() -> None:
     tool = SearchTool(world.docs, p.search.top_k)
     rows: list[dict] = []
     report: dict = {}
-    for name in p.teachers:
-        teacher_rows = run_teacher(world, tool, questions, TEACHERS[name], derive_seed(gseed, "protocol_distill", "synthesize", name))
+    variants = [(t, False) for t in p.teachers] + [(t, True) for t in p.style_teachers]
+    for base, styled in variants:
+        name = f"{base}_styled" if styled else base
+        # the styled variant replays the same explorations with the same synthesizer slips (same seed)
+        teacher_rows = run_teacher(world, tool, questions, TEACHERS[base], derive_seed(gseed, "protocol_distill", "synthesize", base),
+                                   styled=styled)
         reasons = collections.Counter(reason_kind(r["reject_reason"]) for r in teacher_rows if not r["valid"])
         report[name] = {
             "protocols": len(teacher_rows),
@@ -51,7 +55,7 @@ def main() -> None:
         log.info("teacher %s: %d valid, %d rejected", name, report[name]["valid"], report[name]["rejected"])
     # the vocabulary covers everything any branch can read or write
     texts = list(world.docs) + [q.text for q in questions] + [answer_context(q.answer) for q in questions]
-    texts += [r["trace"] for r in rows]
+    texts += [r["trace"] for r in rows if not r["teacher"].endswith("_styled")]
     texts += [protocol_to_context(json.loads(r["protocol_json"])) for r in rows if r["valid"]]
     tokenizer = build_word_tokenizer(texts)
     save_tokenizer(tokenizer, A.TOKENIZER)

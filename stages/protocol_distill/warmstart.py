@@ -27,12 +27,14 @@ log = logging.getLogger("paperworks.protocol_distill")
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", required=True)
+    ap.add_argument("--seed", type=int, required=True)
     args = ap.parse_args()
     p = load_section("protocol_distill", Params)
-    if args.size not in p.sizes:
-        raise ParamsError(f"protocol_distill: --size {args.size} not in sizes {p.sizes}")
-    # one warm start per student size: the base model every online method and seed starts from
-    seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "warmstart", args.size)
+    if args.size not in p.sizes or args.seed not in p.seeds:
+        raise ParamsError(f"protocol_distill: --size {args.size} --seed {args.seed} not in sizes {p.sizes} / seeds {p.seeds}")
+    # one warm start per (size, seed): the base model every online method of this seed starts from,
+    # so warm-start variance is inside the seed-level intervals and methods are paired by seed
+    seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "warmstart", args.size, args.seed)
     seed_everything(seed)
     ws = load_workspace(p.search.top_k)
     prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, ws.pool("warm"), ws.protocols, p.teachers,
@@ -40,7 +42,7 @@ def main() -> None:
     cfg = getattr(p.models, args.size)
     data = sft_batch(ws.codec, prompts, completions, cfg.max_positions)
     model = build_model(cfg, len(ws.codec), seed=seed)
-    tics = tic_words(p.teachers)
+    tics = tic_words(ws, p.teachers)
     r = p.rollout
     probe_qs = ws.pool("online")[:: max(1, len(ws.pool("online")) // p.warmstart.probe_questions)][: p.warmstart.probe_questions]
     probe_student = branch_prompts(ws, probe_qs, "student")
@@ -53,24 +55,27 @@ def main() -> None:
         return {"probe_student_em": float(np.mean([x["em"] for x in s])), "probe_privileged_em": float(np.mean([x["em"] for x in v]))}
 
     w = p.warmstart
-    history = train_sft(model, data, TrainConfig(steps=getattr(w.steps, args.size), batch_size=w.batch_size, lr=w.lr, warmup_steps=w.warmup_steps,
-                                                 eval_every=w.eval_every, log_every=max(1, w.eval_every // 2)),
-                        seed=seed, live_dir=A.PLOTS / f"live_warm_{args.size}", eval_fn=probe,
-                        desc=f"warm {args.size}")
-    save_checkpoint(model, A.warm_model_path(args.size), cfg, len(ws.codec))
+    history = train_sft(model, data, TrainConfig(steps=getattr(w.steps, args.size), batch_size=w.batch_size, lr=getattr(w.lr, args.size),
+                                                 warmup_steps=w.warmup_steps, eval_every=w.eval_every, log_every=max(1, getattr(w.steps, args.size) // 25)),
+                        seed=seed, live_dir=A.warm_live_dir(args.size, args.seed), eval_fn=probe,
+                        desc=f"warm {args.size}/{args.seed}")
+    save_checkpoint(model, A.warm_model_path(args.size, args.seed), cfg, len(ws.codec))
     # before online training: how much does each privileged context help on the held-out questions?
     test = ws.pool("test")
     branches = {}
-    for branch in ["student", "answer", *p.teachers]:
+    for branch in p.branches():
         rows = evaluate_prompts(model, ws.codec, ws.tool, test, branch_prompts(ws, test, branch), tics,
                                 r.max_completion, r.max_searches, p.eval_batch_size)
-        branches[branch] = {"em_by_set": em_by_set(rows), "em_per_question": {x["qid"]: x["em"] for x in rows}}
+        # tic_share: how often this branch itself writes a teacher tic (the styled branches are the
+        # KL target of MAPD[styled]: style can only reach the student through them)
+        branches[branch] = {"em_by_set": em_by_set(rows), "em_per_question": {x["qid"]: x["em"] for x in rows},
+                            "tic_share": float(np.mean([x["style_drift"] for x in rows]))}
         multi = [x["em"] for x in rows if x["qset"] in MULTI_HOP_SETS]
         branches[branch]["em_multi_hop"] = float(np.mean(multi))
-        log.info("warm %s %s: avg EM %.3f, multi-hop %.3f", args.size, branch,
+        log.info("warm %s/%d %s: avg EM %.3f, multi-hop %.3f", args.size, args.seed, branch,
                  branches[branch]["em_by_set"]["avg"], branches[branch]["em_multi_hop"])
-    write_json(A.warm_report_path(args.size), {"demonstrations": counts, "final_loss": history[-1]["loss"],
-                                                          "branches": branches})
+    write_json(A.warm_report_path(args.size, args.seed), {"demonstrations": counts, "final_loss": history[-1]["loss"],
+                                                          "branches": branches, "tic_words": sorted(tics)})
 
 
 if __name__ == "__main__":

@@ -18,20 +18,35 @@ def test_smoke_pipeline_through_dvc(smoke_repo):
     claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "protocol_distill", smoke_repo)}
     assert [c["id"] for c in claims.values() if c["role"] == "headline"] == [
         "mapd_vs_grpo_tiny", "mapd_vs_opsd_tiny", "mapd_vs_grpo_multi_hop_tiny"]
-    for needle in ("mapd_less_style_than_trace", "mapd_shorter_than_trace", "mapd_gpt_vs_grpo", "grpo_vs_warm_start"):
+    # (the styled-protocol run is left out of smoke to keep it short: its stage is the mapd code path
+    # with another protocol source; its protocols and branch are measured here, its claims unit-tested)
+    for needle in ("mapd_less_style_than_trace", "mapd_shorter_than_trace", "grpo_vs_warm_start"):
         assert any(k.startswith(needle) for k in claims), needle
     head = claims["mapd_vs_grpo_tiny"]
     assert head["units"]["cluster"] == "seed" and head["units"]["unit"] == "question"
-    assert set(metrics["privileged_gap"]) >= {"tiny/opus", "tiny/answer"}
-    assert set(metrics["teachers"]) == {"opus", "gpt", "gemini"}
+    assert head["units"]["n_clusters"] == 2 and head["units"]["paired"]   # one warm start and one run per seed
+    assert set(metrics["privileged_gap"]) >= {"tiny/opus", "tiny/answer", "tiny/opus_styled"}
+    assert metrics["privileged_gap"]["tiny/opus"]["interval_over"] == "seeds"
+    assert 0 <= metrics["privileged_gap"]["tiny/opus_styled"]["tic_share"] <= 1   # the styled branch is measured
+    assert set(metrics["teachers"]) == {"opus", "gpt", "gemini", "opus_styled"}
+    # the style measure's word list holds no question word
+    assert metrics["tic_words"] and not {"what", "first", "who"} & set(metrics["tic_words"])
+    # trace imitation: its own cap fits every training trace; no-answer rate reported
+    fit = metrics["trace_fit"]["tiny/0"]
+    assert fit["longest_trace_tokens"] <= fit["cap"] == metrics["summary"]["tiny/trace"]["max_completion"]
+    assert 0 <= metrics["summary"]["tiny/trace"]["no_answer_rate"] <= 1
     table = pd.read_csv(smoke_repo / "plots/protocol_distill/results.csv")
     runs = set(table.run)
-    assert {"grpo", "opsd", "trace", "mapd_opus", "mapd_gpt", "mapd_gemini"} <= runs
-    assert any(r.startswith("mapd_opus_lam") for r in runs)  # the λ sweep ran
+    assert runs == {"grpo", "opsd", "trace", "mapd_opus"}
+    assert (table.seeds == 2).all()
     assert (smoke_repo / "plots/protocol_distill/em_by_method.png").stat().st_size > 0
     # training curves were logged, including the privileged branch's own EM
-    live = smoke_repo / "plots/protocol_distill/live_online_tiny_0/mapd_opus/metrics.json"
+    live = smoke_repo / "plots/protocol_distill/live_online_tiny_mapd_opus_0/metrics.json"
     assert "probe_privileged_em" in json.loads(live.read_text())
+    # same warm start and same question order across the methods of one seed
+    w0 = json.loads((smoke_repo / "data/protocol_distill/warm/tiny_0.json").read_text())
+    w1 = json.loads((smoke_repo / "data/protocol_distill/warm/tiny_1.json").read_text())
+    assert w0["final_loss"] != w1["final_loss"]   # one warm start per seed
     # rerun: everything is cached
     out = dvc(smoke_repo, "repro", "--glob", "protocol_distill_*").stdout
     assert "Running stage" not in out

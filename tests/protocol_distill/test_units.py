@@ -151,6 +151,8 @@ def test_good_protocol_passes():
     (lambda p: p.update(task_type="multi-hop"), "task_type"),           # unknown task type
     (lambda p: p.update(extra=1), "extra"),                             # a sixth field
     (lambda p: p.update(grounding_facts=[1]), "grounding_facts/0"),
+    (lambda p: p.update(plan=[]), "plan"),                              # an empty plan
+    (lambda p: p.update(plan=[""]), "plan/0"),                          # an empty plan step
 ])
 def test_malformed_protocols_are_rejected_with_reason(mutate, where):
     bad = json.loads(json.dumps(GOOD))
@@ -208,19 +210,24 @@ def test_tool_tokens_are_masked_in_completions():
 
 # ---------------------------------------------------------------- loss terms
 def test_kl_term_on_a_hand_made_example():
-    p = torch.tensor([0.5, 0.25, 0.25])
-    q = torch.tensor([0.25, 0.5, 0.25])
+    # an asymmetric pair: KL(p || q) != KL(q || p), so a swapped direction fails
+    p = torch.tensor([0.9, 0.05, 0.05])
+    q = torch.tensor([0.2, 0.4, 0.4])
     s_logits, p_logits = p.log()[None, None], q.log()[None, None]
     mask = torch.ones(1, 1)
-    rev = 0.5 * math.log(2) + 0.25 * math.log(0.5)  # KL(p || q)
-    fwd = 0.25 * math.log(0.5) + 0.5 * math.log(2)  # KL(q || p)
+    rev = sum(a * math.log(a / b) for a, b in zip(p.tolist(), q.tolist()))  # KL(student || privileged)
+    fwd = sum(b * math.log(b / a) for a, b in zip(p.tolist(), q.tolist()))  # KL(privileged || student)
+    assert abs(rev - fwd) > 0.1
     assert kl_to_privileged(s_logits, p_logits, mask, "reverse").item() == pytest.approx(rev, abs=1e-6)
     assert kl_to_privileged(s_logits, p_logits, mask, "forward").item() == pytest.approx(fwd, abs=1e-6)
+    assert kl_to_privileged(s_logits, p_logits, mask).item() == pytest.approx(rev, abs=1e-6)  # reverse is the default
     assert kl_to_privileged(s_logits, s_logits, mask).item() == pytest.approx(0.0, abs=1e-7)
     # masked tokens (tool-inserted) do not count
     two_s = torch.cat([s_logits, s_logits], 1)
     two_p = torch.cat([p_logits, s_logits + 5.0], 1)
     assert kl_to_privileged(two_s, two_p, torch.tensor([[1.0, 0.0]])).item() == pytest.approx(rev, abs=1e-6)
+    with pytest.raises(ValueError, match="reverse"):
+        kl_to_privileged(s_logits, p_logits, mask, "sideways")
 
 
 def test_kl_gradient_flows_only_into_the_student_branch():
@@ -254,6 +261,103 @@ def test_policy_loss_ignores_masked_tokens():
     assert logp.grad[0, 1] == 0 and logp.grad[0, 0] < 0
 
 
+@pytest.mark.parametrize("ratio, adv, expected", [
+    (1.5, 1.0, -1.2),    # positive advantage, ratio above 1 + ε: the clipped term is the smaller one
+    (1.5, -1.0, 1.5),    # negative advantage: the unclipped term is the smaller one (pessimistic bound)
+    (0.5, 1.0, -0.5),    # ratio below 1 − ε, positive advantage: unclipped
+    (0.5, -1.0, 0.8),    # ratio below 1 − ε, negative advantage: clipped
+    (1.1, 2.0, -2.2),    # inside the clip range: plain ratio · advantage
+])
+def test_policy_loss_takes_the_pessimistic_clipped_term(ratio, adv, expected):
+    """PPO/GRPO: −min(r·A, clip(r, 1−ε, 1+ε)·A), with a ratio other than 1 (max instead of min fails)."""
+    old = torch.tensor([[-1.0, -2.0]])
+    logp = old + math.log(ratio)
+    loss = policy_loss(logp, old, torch.tensor([adv]), torch.ones(1, 2), 0.2)
+    assert loss.item() == pytest.approx(expected, abs=1e-5)
+
+
+def test_policy_loss_gradient_vanishes_where_the_clip_binds():
+    old = torch.tensor([[-1.0]])
+    logp = (old + math.log(1.5)).requires_grad_(True)
+    policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 1), 0.2).backward()
+    assert logp.grad.abs().item() == 0.0          # clipped: no push beyond 1 + ε
+    logp2 = (old + math.log(1.5)).requires_grad_(True)
+    policy_loss(logp2, old, torch.tensor([-1.0]), torch.ones(1, 1), 0.2).backward()
+    assert logp2.grad.item() == pytest.approx(1.5, abs=1e-5)  # unclipped: d(r·|A|)/dlogp = r
+
+
+# ---------------------------------------------------------------- loss masks over tool-inserted tokens
+def _toy_codec():
+    from paperworks.protocol_distill.episode import Codec, build_word_tokenizer
+
+    return Codec(build_word_tokenizer(["who employs ann lee ?", "ann lee employer acme labs", "acme labs x",
+                                                 "bob kim employer zeta works cy dow born 1950 eve fox mentor"]))
+
+
+class _ScriptedLM(torch.nn.Module):
+    """A stand-in policy whose next token depends only on the last input token (greedy decoding
+    then follows a fixed script), so the rollout's bookkeeping can be checked token by token."""
+
+    def __init__(self, codec, script: dict[str, str]):
+        super().__init__()
+        self.v = len(codec)
+        self.next = {codec.word_to_id[a]: codec.word_to_id[b] for a, b in script.items()}
+        self.eos = codec.eos
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, cache=None, **kw):
+        from types import SimpleNamespace
+
+        logits = torch.full((*input_ids.shape, self.v), -10.0)
+        for b in range(input_ids.shape[0]):
+            for t in range(input_ids.shape[1]):
+                logits[b, t, self.next.get(int(input_ids[b, t]), self.eos)] = 10.0
+        return SimpleNamespace(logits=logits, cache=None)
+
+
+def test_rollout_masks_the_tool_span_out_of_the_loss():
+    from paperworks.protocol_distill.episode import D_CLOSE, D_OPEN
+    from paperworks.protocol_distill.rollout import rollout
+
+    codec = _toy_codec()
+    script = {"<act>": "<s>", "<s>": "lee", "lee": "employer", "employer": "</s>", "</d>": "<a>", "<a>": "acme", "acme": "labs",
+              "labs": "</a>"}
+    model = _ScriptedLM(codec, script)
+    tool = SearchTool(["ann lee employer acme labs", "bob kim employer zeta works", "cy dow born 1950", "eve fox mentor bob kim"])
+    prompt = [codec.bos] + codec.encode("who employs ann lee ? <act>")
+    ro = rollout(model, codec, [prompt], tool, max_completion=40, max_searches=2, greedy=True)
+    words = ro.words[0]
+    assert words == "<s> lee employer </s> <d> ann lee employer acme labs </d> <a> acme labs </a>".split()
+    assert ro.answers == ["acme labs"] and ro.retrieved == [["ann lee employer acme labs"]]
+    mask = ro.loss_mask[0].tolist()[: len(words)]
+    start, end = words.index(D_OPEN), words.index(D_CLOSE)
+    assert mask[start:end + 1] == [0] * (end - start + 1)                     # the tool's tokens: never trained on
+    assert mask[:start] == [1] * start and mask[end + 1:] == [1] * (len(words) - end - 1)  # the model's own
+    assert ro.completion_mask[0].tolist()[: len(words)] == [1] * len(words)
+
+
+def test_sft_labels_exclude_prompt_and_tool_tokens():
+    from paperworks.core.lm.train import IGNORE
+    from paperworks.protocol_distill.train import sft_batch
+
+    codec = _toy_codec()
+    prompt = [codec.bos] + codec.encode("who employs ann lee ? <act>")
+    comp = completion_from_text("<s> ann lee employer </s> <d> ann lee employer acme labs </d> <a> acme labs </a>")
+    batch = sft_batch(codec, [prompt, prompt[:3]], [comp, comp], 64)
+    labels = batch["labels"][0].tolist()
+    ids = batch["input_ids"][0].tolist()
+    n = len(prompt)
+    assert labels[:n] == [IGNORE] * n
+    for k, (w, m) in enumerate(zip(comp.words, comp.model_mask)):
+        assert labels[n + k] == (codec.word_to_id[w] if m else IGNORE), (k, w)
+        assert ids[n + k] == codec.word_to_id[w]
+    doc = [labels[n + k] for k, m in enumerate(comp.model_mask) if not m]
+    assert len(doc) == 7 and set(doc) == {IGNORE}
+    assert batch["attention_mask"][1].sum() == 3 + len(comp.words) and set(batch["labels"][1, 3 + len(comp.words):].tolist()) <= {IGNORE}
+    with pytest.raises(ValueError, match="max_positions"):
+        sft_batch(codec, [prompt], [comp], 8)
+
+
 # ---------------------------------------------------------------- params
 def _section():
     import yaml
@@ -272,7 +376,12 @@ def test_default_params_validate():
     (("online", "kl_direction"), "sideways", "protocol_distill.online.kl_direction"),
     (("online", "group_size"), 1, "protocol_distill.online.group_size"),
     (("teachers",), ["opus", "claude"], "protocol_distill.teachers.1"),
-    (("online", "methods"), ["grpo", "ppo"], "protocol_distill.online.methods.1"),
+    (("online", "runs"), ["grpo", "ppo"], "protocol_distill.online.runs"),
+    (("online", "runs"), ["grpo", "mapd_claude"], "protocol_distill.online.runs"),
+    (("online", "runs"), ["grpo", "mapd_gpt_styled"], "style_teachers"),       # gpt writes no styled variant by default
+    (("style_teachers",), ["opus", "opus"], "protocol_distill.style_teachers"),
+    (("warmstart", "lr", "small"), 0, "protocol_distill.warmstart.lr.small"),
+    (("trace", "max_completion"), 8, "protocol_distill.trace.max_completion"),
     (("sizes",), ["huge"], "protocol_distill.sizes.0"),
 ])
 def test_wrong_params_fail_with_key_path(path, value, expect):
@@ -308,11 +417,110 @@ def test_every_profile_validates(profile, monkeypatch):
     validate_section("protocol_distill", Params, compose(profile)["protocol_distill"])
 
 
+def test_run_names_parse_into_method_teacher_style_and_lambda():
+    from paperworks.protocol_distill.params import parse_run
+
+    assert parse_run("grpo", 0.1).kl_coef == 0.0 and parse_run("opsd", 0.1).kl_coef == 0.1
+    r = parse_run("mapd_opus_styled_lam0.3", 0.1)
+    assert (r.method, r.teacher, r.styled, r.kl_coef, r.protocol_source) == ("mapd", "opus", True, 0.3, "opus_styled")
+    assert parse_run("mapd_gpt", 0.1).protocol_source == "gpt"
+    for bad in ("mapd", "mapd_opus_lam", "ppo", "mapd_opus styled"):
+        with pytest.raises(ValueError, match="unknown run"):
+            parse_run(bad, 0.1)
+
+
+# ---------------------------------------------------------------- style test and trace baseline
+def test_styled_protocol_passes_the_schema_and_carries_the_style_in_free_form_fields(world):
+    from paperworks.protocol_distill.episode import plan_queries
+
+    tool = SearchTool(world.docs)
+    qs = make_questions(world, SMALL, 7)
+    style = TEACHERS["opus"]
+    plain = {r["qid"]: r for r in run_teacher(world, tool, qs, style, 0)}
+    styled = run_teacher(world, tool, qs, style, 0, styled=True)
+    assert {r["teacher"] for r in styled} == {"opus_styled"}
+    tics = style.tic_words
+    for r in styled:
+        p0 = plain[r["qid"]]
+        assert r["valid"] == p0["valid"]                      # same synthesizer slips: the schema checks structure only
+        if not r["valid"]:
+            continue
+        sp, pp = json.loads(r["protocol_json"]), json.loads(p0["protocol_json"])
+        assert set(sp) == set(pp) and sp["grounding_facts"] == pp["grounding_facts"]
+        added = set(protocol_to_context(sp).split()) - set(protocol_to_context(pp).split())
+        assert style.query_tic in added and added <= tics | {"note"}   # what the style adds is narration
+        # the style sits inside the plan's search steps: a student copying them writes the tic
+        assert all(q.split()[0] == style.query_tic for q in plan_queries(sp))
+        assert [q.split(" ", 1)[1] for q in plan_queries(sp)] == plan_queries(pp)
+
+
+def test_tic_words_exclude_every_word_the_task_uses(world):
+    from paperworks.protocol_distill.demos import valid_protocols
+    from paperworks.protocol_distill.pipeline import Workspace, tic_words
+
+    tool = SearchTool(world.docs)
+    qs = make_questions(world, SMALL, 7)
+    rows = [r for name in ("opus", "gpt") for r in run_teacher(world, tool, qs, TEACHERS[name], 0)]
+    rows += run_teacher(world, tool, qs, TEACHERS["opus"], 0, styled=True)
+    questions = [vars(q) for q in qs]
+    ws = Workspace(codec=None, tool=tool, questions=questions, protocol_rows=rows, protocols=valid_protocols(rows))
+    tics = tic_words(ws, ["opus", "gpt"])
+    task = {w for q in questions for w in q["text"].split()} | {w for d in world.docs for w in d.split()}
+    assert tics and not tics & task
+    assert "what" not in tics and "<s>" not in tics and "search" not in tics
+    assert {"carefully", "certainly", "oops"} <= tics       # narration only (opus's query tic is one of them)
+    # a word a question uses is never a tic, even when the narration uses it
+    questions[0] = dict(questions[0], text=questions[0]["text"] + " carefully")
+    assert "carefully" not in tic_words(ws, ["opus", "gpt"])
+
+
+def test_trace_fit_rejects_a_cap_shorter_than_the_traces():
+    from paperworks.core.params import ParamsError
+    from paperworks.protocol_distill.episode import Completion
+    from stages.protocol_distill.train import trace_fit
+
+    comps = [Completion(["w"] * n, [1] * n) for n in (10, 40, 30)]
+    fit = trace_fit(None, [[1]] * 3, comps, 40, 64, [[1, 2, 3]])
+    assert fit["longest_trace_tokens"] == 40 and fit["traces"] == 3
+    with pytest.raises(ParamsError, match=r"trace.max_completion: 39 < the longest training trace \(40 tokens; 1 of 3"):
+        trace_fit(None, [[1]] * 3, comps, 39, 64, [[1, 2, 3]])
+    with pytest.raises(ParamsError, match="max_positions=42"):
+        trace_fit(None, [[1]] * 3, comps, 40, 42, [[1, 2, 3]])
+
+
+def test_online_items_carry_each_methods_privileged_context():
+    from paperworks.protocol_distill.demos import online_items, valid_protocols
+    from paperworks.protocol_distill.episode import answer_context, prompt_text
+
+    codec = _toy_codec()
+    qs = [{"qid": "q1", "text": "who employs ann lee ?", "answer": "acme labs"},
+          {"qid": "q2", "text": "who employs bob kim ?", "answer": "zeta works"}]
+    styled = dict(GOOD, plan=["note certainly", "search carefully ann lee employer", "answer with the last fact"])
+    rows = [{"qid": "q1", "teacher": "opus", "protocol_json": json.dumps(GOOD)},
+            {"qid": "q1", "teacher": "opus_styled", "protocol_json": json.dumps(styled)}]
+    protocols = valid_protocols(rows)
+    student = [[codec.bos] + codec.encode(prompt_text(q["text"])) for q in qs]
+    grpo = online_items(codec, qs, protocols, "none")
+    assert [it.prompt for it in grpo] == student and all(it.privileged is None for it in grpo)
+    opsd = online_items(codec, qs, protocols, "answer")
+    assert opsd[1].privileged == [codec.bos] + codec.encode(prompt_text(qs[1]["text"], answer_context("zeta works")))
+    mapd = online_items(codec, qs, protocols, "protocol", "opus")
+    assert mapd[0].privileged == [codec.bos] + codec.encode(prompt_text(qs[0]["text"], protocol_to_context(GOOD)))
+    assert mapd[1].privileged is None            # no valid protocol for q2: no KL target
+    styled_items = online_items(codec, qs, protocols, "protocol", "opus_styled")
+    assert styled_items[0].privileged == [codec.bos] + codec.encode(prompt_text(qs[0]["text"], protocol_to_context(styled)))
+    assert [it.prompt for it in styled_items] == student   # the student branch never sees the context
+
+
 # ---------------------------------------------------------------- report
-def _warm_report(student: list[float], privileged: list[float]) -> dict:
+def _warm_report(student: list[float], privileged: list[float], tic_share: float = 0.0) -> dict:
     qids = [f"hotpotqa-test-{i:04d}" for i in range(len(student))]
-    branch = lambda em: {"em_per_question": dict(zip(qids, em))}  # noqa: E731
-    return {"branches": {"student": branch(student), "opus": branch(privileged), "answer": branch(student)}}
+    branch = lambda em: {"em_per_question": dict(zip(qids, em)), "em_by_set": {"avg": float(sum(em) / len(em))},  # noqa: E731
+                         "tic_share": 0.0}
+    out = {"branches": {"student": branch(student), "opus": branch(privileged), "answer": branch(student),
+                        "opus_styled": branch(privileged)}}
+    out["branches"]["opus_styled"]["tic_share"] = tic_share
+    return out
 
 
 def test_privileged_gap_table_reports_the_gap_and_its_interval():
@@ -321,39 +529,80 @@ def test_privileged_gap_table_reports_the_gap_and_its_interval():
     n = 200
     student = [1.0] * 40 + [0.0] * (n - 40)                     # 0.20
     privileged = [1.0] * 40 + [1.0] * 90 + [0.0] * (n - 130)    # 0.65: a 45-point gap
-    table = privileged_gap_table({"tiny": _warm_report(student, privileged)}, ["opus"])
+    table = privileged_gap_table({("tiny", 0): _warm_report(student, privileged)}, ["student", "opus", "answer"])
     row = table["tiny/opus"]
-    assert row["gap_points"] == pytest.approx(45.0) and row["questions"] == n
+    assert row["gap_points"] == pytest.approx(45.0) and row["questions"] == n and row["interval_over"] == "questions"
     assert 30 < row["gap_ci_low_points"] < 45.0 < row["gap_ci_high_points"] < 60
     assert table["tiny/answer"]["gap_points"] == 0.0
+    # several seeds: the gap is the mean over seeds, its interval over seeds
+    weaker = [1.0] * 40 + [1.0] * 50 + [0.0] * (n - 90)         # 0.45: a 25-point gap
+    table = privileged_gap_table({("tiny", 0): _warm_report(student, privileged), ("tiny", 1): _warm_report(student, weaker),
+                                  ("tiny", 2): _warm_report(student, privileged)}, ["student", "opus"])
+    row = table["tiny/opus"]
+    assert row["seeds"] == 3 and row["interval_over"] == "seeds"
+    assert row["gap_points"] == pytest.approx((45 + 25 + 45) / 3)
+    assert row["gap_ci_low_points"] < 25 < 45 < row["gap_ci_high_points"]
 
 
-def test_question_units_pair_online_runs_with_the_warm_start_by_seed():
+def test_question_units_pair_online_runs_with_each_seeds_warm_start():
     import pandas as pd
 
     from paperworks.protocol_distill.report import question_units
 
     n = 40
-    warm = _warm_report([0.0] * n, [0.0] * n)
-    qids = sorted(warm["branches"]["student"]["em_per_question"])
+    warm = {("tiny", 0): _warm_report([0.0] * n, [0.0] * n), ("tiny", 1): _warm_report([1.0] * n, [0.0] * n)}
+    qids = sorted(warm[("tiny", 0)]["branches"]["student"]["em_per_question"])
     rows = [{"qid": q, "qset": "hotpotqa", "size": "tiny", "seed": s, "run": run, "em": em, "unsupported": 0.0,
              "style_drift": 0.0, "length": 5.0} for s in (0, 1) for q in qids for run, em in (("grpo", 1.0), ("mapd_opus", 0.0))]
-    units = question_units(pd.DataFrame(rows), {"tiny": warm})
+    units = question_units(pd.DataFrame(rows), warm)
     em = units["em"]
     assert set(em["arm"]) == {"grpo[tiny]", "mapd_opus[tiny]", "warm_start[tiny]"}
-    assert len(em[em["arm"] == "warm_start[tiny]"]) == 2 * n   # the one warm start stands beside each seed
+    ws = em[em["arm"] == "warm_start[tiny]"]
+    assert len(ws) == 2 * n and ws.groupby("cluster")["value"].mean().to_dict() == {"0": 0.0, "1": 1.0}  # each seed its own warm start
     assert set(units["em_multi_hop"]["arm"]) == {"grpo[tiny]", "mapd_opus[tiny]"}  # hotpotqa is multi-hop
 
 
-def test_claims_rest_on_the_gap_of_their_own_teacher_and_size():
+def _params(**overrides):
     from paperworks.core.params import load_section
     from paperworks.protocol_distill.params import Params
-    from paperworks.protocol_distill.report import claim_specs, gap_name
     from tests.conftest import REPO
 
     p = load_section("protocol_distill", Params, REPO / "params.yaml")
-    specs = {s.id: s for s in claim_specs(p, {"grpo", "opsd", "trace", "mapd_opus", "mapd_gemini"})}
+    return p.model_copy(update=overrides)
+
+
+def test_claims_rest_on_the_gap_of_their_own_teacher_and_size():
+    from paperworks.protocol_distill.report import SIZE_ORDER_NAME, claim_specs, gap_name, style_reach_name
+
+    p = _params(sizes=["tiny", "small"])
+    specs = {s.id: s for s in claim_specs(p, {"grpo", "opsd", "trace", "mapd_opus", "mapd_gemini", "mapd_opus_styled"})}
     assert gap_name("gemini", "small", 20) in specs["mapd_gemini_vs_grpo_small"].preconditions
     assert gap_name("opus", "tiny", 20) in specs["mapd_vs_grpo_tiny"].preconditions
     assert "mapd_gpt_vs_grpo_tiny" not in specs            # that run is absent
     assert sum(s.role == "headline" for s in specs.values()) == 3
+    style = specs["mapd_opus_styled_no_more_style_than_grpo_tiny"]
+    assert style.kind == "non_inferiority" and style.margin == p.claims.style_margin and not style.higher_is_better
+    assert style_reach_name("opus_styled", "tiny") in style.preconditions
+    size = specs["mapd_larger_beats_smaller_small"]
+    assert (size.method, size.baseline) == ("mapd_opus[small]", "mapd_opus[tiny]") and SIZE_ORDER_NAME in size.preconditions
+    assert "mapd_larger_beats_smaller_small" not in {s.id for s in claim_specs(_params(sizes=["tiny"]), {"grpo", "mapd_opus"})}
+
+
+def test_inverted_sizes_and_silent_styled_branch_fail_their_preconditions():
+    from paperworks.core.claims import EvidenceParams
+    from paperworks.protocol_distill.report import SIZE_ORDER_NAME, preconditions, privileged_gap_table, style_reach_name
+
+    p = _params(sizes=["tiny", "small"], seeds=[0, 1], teachers=["opus"], style_teachers=["opus"])
+    n = 20
+    warm = {("tiny", k): _warm_report([0.5] * n, [1.0] * n, tic_share=0.0) for k in (0, 1)}
+    warm |= {("small", k): _warm_report([0.4] * n, [1.0] * n, tic_share=0.3) for k in (0, 1)}   # the larger is worse
+    gap = privileged_gap_table(warm, p.branches())
+    curve = [1.0 / (i + 1) for i in range(5)] + [0.2] * 15
+    pre = {r["name"]: r for r in preconditions(p, gap, warm, {s: [curve, curve] for s in p.sizes},
+                                                 {s: [curve, curve] for s in p.sizes}, EvidenceParams())}
+    assert not pre[SIZE_ORDER_NAME]["passed"]
+    assert not pre[style_reach_name("opus_styled", "tiny")]["passed"] and pre[style_reach_name("opus_styled", "small")]["passed"]
+    assert pre["warm start converged (tiny)"]["passed"] and pre["trace imitation's SFT converged (small)"]["passed"]
+    rising = [1.0 / (i + 1) for i in range(20)]
+    pre = {r["name"]: r for r in preconditions(p, gap, warm, {s: [curve, rising] for s in p.sizes}, {}, EvidenceParams())}
+    assert not pre["warm start converged (tiny)"]["passed"] and "seed 1" in pre["warm start converged (tiny)"]["detail"]
