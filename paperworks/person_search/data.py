@@ -137,6 +137,9 @@ class CorpusConfig:
     height: int
     edit_weights: dict[str, float] | None = None  # None: EDIT_WEIGHTS
     blind_twin_share: float = 0.0  # share of targets (and of training families) with a blind twin
+    # share of sim training families with a blind twin; None: ``blind_twin_share``. Above it, the
+    # encoders see the landmark contrast in more batches (only training data: the test world is unchanged)
+    train_blind_twin_share: float | None = None
 
 
 def random_spec(rng: np.random.Generator) -> ItemSpec:
@@ -286,6 +289,13 @@ def blind_twins(gallery: pd.DataFrame) -> dict[int, int]:
     return dict(zip(distractors["family"].to_numpy()[same].tolist(), distractors["item_id"].to_numpy()[same].tolist()))
 
 
+def train_twin_share(train: pd.DataFrame) -> float:
+    """Share of sim training families holding a blind twin of their base (the family's first item)."""
+    seen = [a for a in ATTRS if a not in BLIND_ATTRS]
+    fams = [(grp[seen].iloc[1:] == grp[seen].iloc[0]).all(axis=1).any() for _, grp in train.groupby("family", sort=False)]
+    return round(float(np.mean(fams)), 4) if fams else 0.0
+
+
 def blind_twin_targets(gallery: pd.DataFrame) -> set[int]:
     """Families (= queries' targets) with a blind twin in the gallery."""
     return set(blind_twins(gallery))
@@ -306,7 +316,8 @@ def make_corpus(cfg: CorpusConfig, seed: int) -> dict[str, object]:
     """Everything the render stage writes: train/gallery tables and images, queries."""
     rng = np.random.default_rng(seed)
     # --- sim training families ---
-    fams = build_families(cfg.n_train_families, cfg.family_size, rng, set(), cfg.edit_weights, cfg.blind_twin_share)
+    train_share = cfg.blind_twin_share if cfg.train_blind_twin_share is None else cfg.train_blind_twin_share
+    fams = build_families(cfg.n_train_families, cfg.family_size, rng, set(), cfg.edit_weights, train_share)
     train_specs = [s for f in fams for s in f]
     train_family = [i for i, f in enumerate(fams) for _ in f]
     train_caps = [caption(s.person, rng, cfg.drop_scene_prob, s.light, s.weather, s.landmark) for s in train_specs]

@@ -129,6 +129,9 @@ class ExpertConfig:
     min_rel_delta: float = 0.01
     evals_per_epoch: int = 2
     holdout_fraction: float = 0.15  # held-out sim families: early stopping (and the verifier's temperatures)
+    plateau_tail: float = 0.0  # > 0: also require the windowed plateau check before stopping (EarlyStopping)
+    plateau_rel_tol: float = 0.05
+    min_evals: int = 0
 
 
 class HeldOut:
@@ -137,7 +140,7 @@ class HeldOut:
 
     def __init__(self, name: str, cfg: ExpertConfig, steps_per_epoch: int, model: nn.Module, val_loss, live=None):
         self.name, self.cfg, self.model, self.val_loss, self.live = name, cfg, model, val_loss, live
-        self.stopper = EarlyStopping(cfg.patience, cfg.min_rel_delta)
+        self.stopper = EarlyStopping(cfg.patience, cfg.min_rel_delta, cfg.plateau_tail, cfg.plateau_rel_tol, cfg.min_evals)
         self.checkpoints = eval_points(steps_per_epoch, cfg.evals_per_epoch)
         self.train_losses: list[float] = []
         self.extra: dict[str, list[float]] = {}

@@ -28,6 +28,8 @@ class DataParams(StrictModel):
     # target except for its landmark, which only the full caption mentions (no facet, cloze slot or
     # verifier checker reads it): queries where stage 1 can be right and the experts cannot tell
     blind_twin_share: float = Field(ge=0, le=1)
+    # share of sim training families with a blind twin (null: blind_twin_share); training data only
+    train_blind_twin_share: float | None = Field(None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _weights(self):
@@ -50,6 +52,11 @@ class StoppingParams(StrictModel):
     min_rel_delta: float = Field(0.01, ge=0, lt=1)  # an improvement smaller than this share of the best does not count
     evals_per_epoch: int = Field(2, ge=1, le=20)  # held-out evaluations (logged points) per epoch
     holdout_fraction: float = Field(0.1, gt=0, lt=0.5)  # sim families held out (never trained on)
+    # stop only once the held-out curve also passes the evidence standard's convergence check
+    # (evidence.convergence_tail / convergence_rel_tol / convergence_min_points; 0 = patience alone)
+    plateau_tail: float = Field(0.0, ge=0, le=0.5)
+    plateau_rel_tol: float = Field(0.05, gt=0, lt=1)
+    min_evals: int = Field(0, ge=0, le=1000)
 
 
 class EncoderParams(StrictModel):

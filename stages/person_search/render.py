@@ -8,7 +8,7 @@ from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
 from paperworks.person_search.artifacts import CORPUS
-from paperworks.person_search.data import ITEM_SCHEMA, QUERY_SCHEMA, CorpusConfig, edit_shares, make_corpus
+from paperworks.person_search.data import ITEM_SCHEMA, QUERY_SCHEMA, CorpusConfig, edit_shares, make_corpus, train_twin_share
 from paperworks.person_search.params import Params
 
 
@@ -18,7 +18,8 @@ def main() -> None:
     d = p.data
     seed = derive_seed(global_seed(read_params_file()), "person_search", "render")
     cfg = CorpusConfig(d.n_train_families, d.family_size, d.n_targets, d.distractor_ratio, d.val_fraction,
-                       d.drop_scene_prob, d.width, d.height, dict(d.edit_weights), d.blind_twin_share)
+                       d.drop_scene_prob, d.width, d.height, dict(d.edit_weights), d.blind_twin_share,
+                       d.train_blind_twin_share)
     corpus = make_corpus(cfg, seed)
     write_parquet(CORPUS / "train.parquet", corpus["train"], ITEM_SCHEMA)
     write_parquet(CORPUS / "gallery.parquet", corpus["gallery"], ITEM_SCHEMA)
@@ -30,7 +31,9 @@ def main() -> None:
         "n_train": len(corpus["train"]), "n_gallery": len(g), "n_targets": int(g["is_target"].sum()),
         "n_distractors": int((~g["is_target"]).sum()), "n_queries": len(corpus["queries"]),
         "n_val_queries": int((corpus["queries"]["split"] == "val").sum()),
-        "edit_weights": dict(d.edit_weights), "blind_twin_share_declared": d.blind_twin_share, **edit_shares(g),
+        "edit_weights": dict(d.edit_weights), "blind_twin_share_declared": d.blind_twin_share,
+        "train_blind_twin_share": d.blind_twin_share if d.train_blind_twin_share is None else d.train_blind_twin_share,
+        "share_train_families_with_blind_twin": train_twin_share(corpus["train"]), **edit_shares(g),
     })
 
 

@@ -19,7 +19,7 @@ def expert_config(p: Params) -> ExpertConfig:
     e = p.experts
     st = e.stopping
     return ExpertConfig(e.epochs, e.families_per_batch, e.lr, e.width, st.patience, st.min_rel_delta,
-                        st.evals_per_epoch, st.holdout_fraction)
+                        st.evals_per_epoch, st.holdout_fraction, st.plateau_tail, st.plateau_rel_tol, st.min_evals)
 
 
 @stage_main

@@ -130,3 +130,9 @@ def test_blind_twins_are_planted_as_declared_and_invisible_to_every_expert():
         assert all(not np.array_equal(painted[i], painted[j]) for j in range(i))
     none = make_corpus(CorpusConfig(**dict(cfg.__dict__, blind_twin_share=0.0)), seed=11)
     assert not blind_twin_targets(none["gallery"])
+    # the training share is its own knob: every family gets a twin, the gallery keeps its share
+    from paperworks.person_search.data import train_twin_share
+
+    assert train_twin_share(c["train"]) == 0.25
+    every = make_corpus(CorpusConfig(**dict(cfg.__dict__, train_blind_twin_share=1.0)), seed=11)
+    assert train_twin_share(every["train"]) == 1.0 and len(blind_twin_targets(every["gallery"])) == 10

@@ -132,6 +132,19 @@ def test_padding_of_short_lists_is_never_a_candidate():
     assert pools.tolist() == [[1, 2, 3], [7, -1, -1]]  # padding only after the last real candidate
 
 
+def test_view_baseline_never_takes_the_padding_as_a_candidate():
+    """``view_alone`` (the per-view baselines of the headline claim) pools its backbones' lists: a −1
+    pad of a short list must not become gallery item −1 (the last image), however well it scores."""
+    from paperworks.person_search.fusion import view_alone
+
+    gallery = [np.eye(4, dtype=np.float32)[[0, 1, 2, 3, 3]]] * 2  # item 4 (= index −1) matches the query best
+    qviews = [np.array([[[0, 0, 0, 1], [0, 0, 0, 1]]], dtype=np.float32)] * 2  # [Q=1, V=2, D]
+    topk = np.array([[[[0, 1, -1]], [[2, -1, -1]]], [[[1, -1, -1]], [[-1, -1, -1]]]])  # [M, V, Q, K]
+    present = np.array([[True, True]])
+    assert sorted(view_alone(topk, gallery, qviews, present, 0, 3)[0].tolist()) == [-1, 0, 1]
+    assert view_alone(topk, gallery, qviews, present, 1, 3)[0].tolist() == [2, -1, -1]
+
+
 def _random_world(seed: int, n_g: int = 300, n_q: int = 25, d: int = 16, n_m: int = 3):
     rng = np.random.default_rng(seed)
 
