@@ -42,7 +42,9 @@ class TextParams(StrictModel):
     batch_size: int = Field(64, ge=1, le=1024)
     # MiniLM inference precision: bfloat16 = CPU autocast (≈ 2.6× faster on AMX / AVX-512 BF16 CPUs,
     # cosine ≥ 0.9999 to float32); float32 on CPUs without native bf16
-    precision: Literal["float32", "bfloat16"] = "float32"
+    # cosine ≥ 0.9999 to float32); bfloat16_weights = a bfloat16 copy of the weights run directly
+    # (≈ 1.2-1.4× faster again here, cosine ≥ 0.9999 to float32)
+    precision: Literal["float32", "bfloat16", "bfloat16_weights"] = "float32"
 
 
 class StoppingParams(StrictModel):

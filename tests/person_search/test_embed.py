@@ -47,3 +47,28 @@ def test_bfloat16_autocast_is_close_to_float32(minilm):
     assert (e32 * e16).sum(1).min() > 0.999
     with pytest.raises(ValueError, match="precision"):
         encode_texts(texts, model=minilm, precision="float16")
+
+
+def test_bfloat16_weights_copy_is_the_models_own_pipeline(minilm):
+    """The bfloat16 weight copy runs tokenizer → BERT → masked mean → norm by hand: in float32 that
+    path must give sentence-transformers' embeddings; in bfloat16 it stays within cosine 0.9999."""
+    import torch
+
+    from paperworks.person_search.embed import _BF16_COPIES, _encode_bf16_weights, bf16_copy
+
+    texts = _captions(4) + ["falling over", "with a dog", "a"]  # mixed lengths: padding inside a batch
+    e32 = encode_texts(texts, model=minilm)
+    ew = encode_texts(texts, model=minilm, precision="bfloat16_weights")
+    assert ew.dtype == np.float32 and ew.shape == e32.shape
+    assert (e32 * ew).sum(1).min() > 0.9999 and not np.array_equal(ew, e32)
+    assert next(bf16_copy(minilm).parameters()).dtype == torch.bfloat16
+    assert next(minilm[0].auto_model.parameters()).dtype == torch.float32  # the float32 model is untouched
+    # the same hand-written path on float32 weights reproduces the library's embeddings
+    assert len(minilm) == 3  # the copy did not join the model's module pipeline
+    saved = _BF16_COPIES[minilm]
+    try:
+        _BF16_COPIES[minilm] = minilm[0].auto_model
+        np.testing.assert_allclose(_encode_bf16_weights(texts, 3, minilm), minilm.encode(texts, normalize_embeddings=True),
+                                   atol=2e-6)
+    finally:
+        _BF16_COPIES[minilm] = saved
