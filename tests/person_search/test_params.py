@@ -18,6 +18,19 @@ def test_profiles_validate(profile):
         assert p.data.n_targets == 1978 and round(p.data.n_targets * p.data.distractor_ratio) == 34795
 
 
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_training_stops_on_the_evidence_standards_own_plateau(profile):
+    """The stopping rule's plateau check uses the values the convergence precondition reads."""
+    from paperworks.core.claims import EvidenceParams
+
+    composed = compose(profile, CONF)
+    p = validate_section("person_search", Params, composed["person_search"])
+    ev = EvidenceParams(**composed.get("evidence", {}))
+    for st in (p.encoder.stopping, p.experts.stopping):
+        assert (st.plateau_tail, st.plateau_rel_tol, st.min_evals) == (
+            ev.convergence_tail, ev.convergence_rel_tol, ev.convergence_min_points)
+
+
 def _default():
     return yaml.safe_load((CONF / "default" / "person_search.yaml").read_text())
 
