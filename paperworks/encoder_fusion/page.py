@@ -86,6 +86,9 @@ def main() -> None:
         case = cases[index[cid]]
         Image.fromarray(outline_roi(images[index[cid]], case.modality, e["roi"])).save(IMAGES / f"{cid}.png")
         links[cid] = f"encoder_fusion/{cid}.png"
+    # images from an earlier run's examples would sit beside the page unlinked
+    for stale in set(IMAGES.glob("*.png")) - {IMAGES / f"{k}.png" for k in links}:
+        stale.unlink()
     PAGE.write_text(inject(PAGE.read_text(), examples_block(examples, links)))
     print(f"{PAGE}: {len(links)} example cases")
 
