@@ -13,14 +13,13 @@ the fusions differ only in what the fusion module adds (as in the VQA runs).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from paperworks.core.lm import LMConfig, build_model
+from paperworks.core.lm.train import warmup_cosine
 from paperworks.encoder_fusion.models import FusionVQA
 from paperworks.encoder_fusion.params import DecoderParams, HeadParams
 from paperworks.encoder_fusion.reports import RoIScore
@@ -132,7 +131,7 @@ def train_decoder(model: ReportDecoder, tokens: dict[str, torch.Tensor], train: 
     params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=p.lr, weight_decay=0.01)
     warm = max(1, p.steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / p.steps)))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, warm, p.steps, 0.1))
     rows, ids, mask = train
     history, best, best_state, running = [], float("inf"), None, []
     for step in range(p.steps + 1):
