@@ -133,6 +133,31 @@ class VolumeParams(StrictModel):
         return self
 
 
+class DecoderParams(StrictModel):
+    """The report decoder: a ``core.lm`` Llama decoder with a visual prefix (the fused token grid, projected,
+    through ``inputs_embeds``), trained per (fusion, seed) with its fusion module end to end on each case's
+    findings report; greedy reports of the test cases are scored by the RoI scorer against reference reports."""
+
+    seeds: int = Field(3, ge=1, le=50, description="independent trainings of each fusion's decoder (the claims' clusters)")
+    hidden_size: int = Field(64, ge=8, le=1024)
+    num_layers: int = Field(2, ge=1, le=12)
+    num_heads: int = Field(4, ge=1, le=16)
+    intermediate_size: int = Field(128, ge=8, le=4096)
+    vocab_size: int = Field(160, ge=0, le=4096, description="BPE vocabulary trained on the training reports (0: characters only)")
+    paraphrase_rate: float = Field(0.0, ge=0, le=1, description="paraphrase rate of the reports the decoder learns from")
+    steps: int = Field(ge=10, le=100_000)
+    batch_size: int = Field(32, ge=2, le=1024, description="cases per step")
+    lr: float = Field(3e-3, gt=0, le=1)
+    log_every: int = Field(50, ge=1, le=10_000)
+    max_new_tokens: int = Field(64, ge=4, le=512, description="generation cap; a report cut here is counted as generated")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DecoderParams":
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"hidden_size={self.hidden_size} must be divisible by num_heads={self.num_heads}")
+        return self
+
+
 class ClaimsParams(StrictModel):
     min_specialist_gain: float = Field(0.15, ge=0, le=1, description="specialist − foundation small-lesion detection accuracy")
     min_rel_improvement: float = Field(0.05, ge=0, le=1, description="a training loss must leave its start by this much")
@@ -147,4 +172,5 @@ class Params(StrictModel):
     head: HeadParams
     panel: PanelParams
     volume: VolumeParams
+    decoder: DecoderParams
     claims: ClaimsParams = ClaimsParams()

@@ -274,6 +274,10 @@ def main() -> None:
         readings[key] = reads
         contact_sheet_for(e, images).save(IMAGES / f"{key}.png", format="PNG")
         links[key] = f"eval_agent/{key}.png"
+    # sheets from an earlier run (another profile or seed picks other sessions) would sit beside the
+    # page unlinked; the page shows exactly this run's examples
+    for stale in set(IMAGES.glob("*.png")) - {IMAGES / f"{k}.png" for k in links}:
+        stale.unlink()
     text = inject(PAGE.read_text(), examples_block(examples, links, readings, mismatches))
     PAGE.write_text(inject_between(text, measured_block(metrics), MEASURED_START, MEASURED_END))
     print(f"{PAGE}: {len(examples)} example sessions ({', '.join(e['kind'] for e in examples)}); "

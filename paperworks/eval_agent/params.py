@@ -33,7 +33,9 @@ class ToolParams(StrictModel):
     hidden: int = Field(128, ge=8, le=2048, description="width of the shape/colour MLP")
     steps: int = Field(ge=10, le=200_000)
     batch_size: int = Field(64, ge=4, le=1024)
-    lr: float = Field(2e-3, gt=0, le=1)
+    lr: float = Field(2e-3, gt=0, le=1, description="peak learning rate")
+    warmup_steps: int = Field(100, ge=0, le=100_000, description="linear warm-up to lr")
+    min_lr_ratio: float = Field(0.05, ge=0, le=1, description="the cosine decay ends at lr × this")
     log_every: int = Field(25, ge=1, le=10_000)
 
 

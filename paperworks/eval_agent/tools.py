@@ -23,6 +23,7 @@ import torch
 from scipy import ndimage
 from torch import nn
 
+from paperworks.core.lm.train import warmup_cosine
 from paperworks.core.render.scene import COLOURS, SHAPES
 from paperworks.core.seeding import seed_everything
 from paperworks.eval_agent.params import DIMS, ToolParams
@@ -167,10 +168,14 @@ def tool_loss(model: ToolHeads, s: ToolSet, comp_idx: np.ndarray, img_idx: np.nd
 
 
 def train_tools(p: ToolParams, train: ToolSet, heldout: ToolSet, noise_max: float, seed: int, live=None) -> tuple[ToolHeads, list[dict]]:
-    """Adam on shape + colour cross-entropy and the noise regression; the held-out loss is the plateau curve."""
+    """Adam (warm-up + cosine schedule) on shape + colour cross-entropy and the noise regression; the held-out
+    loss is the plateau curve."""
     seed_everything(seed)
     model = ToolHeads(p.hidden)
     opt = torch.optim.Adam(model.parameters(), lr=p.lr)
+    # warm-up then cosine decay: at a constant rate Adam's late spikes (one logged point at 7× the
+    # plateau) dominated the plateau check's window means, so the curve read "still learning"
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, p.warmup_steps, p.steps, p.min_lr_ratio))
     rng = np.random.default_rng(seed)
     rows = []
     all_c, all_i = np.arange(len(heldout.comp_shape)), np.arange(len(heldout.noise))
@@ -180,6 +185,7 @@ def train_tools(p: ToolParams, train: ToolSet, heldout: ToolSet, noise_max: floa
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
         if step % p.log_every == 0 or step == p.steps:
             with torch.no_grad():
                 row = {"step": step, "loss": float(loss.detach()), "heldout_loss": float(tool_loss(model, heldout, all_c, all_i, noise_max))}

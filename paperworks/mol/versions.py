@@ -167,7 +167,8 @@ def body(x: dict) -> str:
 
 def build_loop_data(world: dict, vp, weak_share: float, rng_for) -> dict:
     """Acceptance suites per shift (suite "0" = the world's test suites), dev pools per shift and audit traffic per
-    cycle. Suites never repeat a request of the specialists' training or dev data; dev pools avoid every suite."""
+    cycle. Suites never repeat a request of the specialists' training or dev data; dev pools avoid every suite and the
+    specialists' training and dev data (an update replays training items)."""
     trained = frozenset(body(x) for s in ("train", "dev") for items in world[s].values() for x in items)
     shifts = sorted({c.shift for c in vp.cycles})
     suites = {"0": {cap: [{**x, "shift": 0} for x in world["test"][cap]] for cap in W.CAPABILITIES}}
@@ -176,7 +177,8 @@ def build_loop_data(world: dict, vp, weak_share: float, rng_for) -> dict:
             suites[str(s)] = {cap: traffic_items(rng_for("suite", s, cap), cap, vp.suite_per_capability, s, vp.new_verb_share, trained,
                                                  weak_share) for cap in W.CAPABILITIES}
     held = held_out_bodies(world, suites)
-    dev = {str(s): {cap: traffic_items(rng_for("dev", s, cap), cap, vp.dev_per_capability, s, vp.new_verb_share, held, weak_share)
+    # dev pools choose an update's checkpoint: disjoint from the suites and from the training pool the update replays
+    dev = {str(s): {cap: traffic_items(rng_for("dev", s, cap), cap, vp.dev_per_capability, s, vp.new_verb_share, held | trained, weak_share)
                     for cap in W.CAPABILITIES} for s in shifts}
     audit = [{cap: traffic_items(rng_for("audit", k, cap), cap, vp.audit_per_capability, c.shift, vp.new_verb_share, frozenset(),
                                  weak_share) for cap in W.CAPABILITIES} for k, c in enumerate(vp.cycles, 1)]
@@ -192,7 +194,8 @@ def held_out_bodies(world: dict, suites: dict) -> frozenset[str]:
 def check_update_disjoint(update_items: Sequence[dict], held: frozenset[str]) -> None:
     leaked = sorted({body(x) for x in update_items} & held)
     if leaked:
-        raise ValueError(f"{len(leaked)} update items repeat an acceptance-suite request, e.g. {leaked[0]!r}")
+        raise ValueError(f"{len(leaked)} update items repeat a held-out request (an acceptance-suite, test-conversation "
+                         f"or dev-pool request), e.g. {leaked[0]!r}")
 
 
 def propose_trajectories(rng: np.random.Generator, problems: Sequence[dict], cap: str, model_outputs: Sequence[str],

@@ -7,7 +7,7 @@ from paperworks.core.io import read_json, read_parquet, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion import report
-from paperworks.encoder_fusion.artifacts import FEATURES, METRICS, MODELS, PANEL, PLOTS, VOLUME_VQA, VOLUMES, VQA
+from paperworks.encoder_fusion.artifacts import DECODER, FEATURES, METRICS, MODELS, PANEL, PLOTS, VOLUME_VQA, VOLUMES, VQA
 from paperworks.encoder_fusion.params import Params
 
 
@@ -26,14 +26,20 @@ def main() -> None:
     vol_pred = read_parquet(VOLUME_VQA / "predictions.parquet")
     vol_hist = read_json(VOLUME_VQA / "histories.json")
     vol_world = read_json(VOLUMES / "world.json")
-    units = {**report.vqa_units(pred), **report.panel_units(tau), **report.volume_units(vol_pred)}
-    pre = report.preconditions(p, probe, enc_hist, vqa_hist, panel, ev) + report.volume_preconditions(p, vol_world, vol_hist, ev)
-    claims = evaluate_claims(report.claim_specs(p) + report.volume_claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
+    dec_reports = read_parquet(DECODER / "reports.parquet")
+    dec_hist = read_json(DECODER / "histories.json")
+    dec_info = read_json(DECODER / "decoder.json")
+    units = {**report.vqa_units(pred), **report.panel_units(tau), **report.volume_units(vol_pred),
+             **report.decoder_units(dec_reports)}
+    pre = (report.preconditions(p, probe, enc_hist, vqa_hist, panel, ev) + report.volume_preconditions(p, vol_world, vol_hist, ev)
+           + report.decoder_preconditions(p, dec_hist, dec_info, ev))
+    claims = evaluate_claims(report.claim_specs(p) + report.volume_claim_specs(p) + report.decoder_claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
     write_unit_tables("encoder_fusion", units)
     write_text(PLOTS / "vqa_accuracy.csv", report.accuracy_plot_table(pred).to_csv(index=False, float_format="%.6g"))
     agree = tau.groupby("metric", as_index=False)["tau"].mean().rename(columns={"tau": "mean_tau"})
     write_text(PLOTS / "metric_agreement.csv", agree.to_csv(index=False, float_format="%.6g"))
     write_text(PLOTS / "volume_vqa.csv", report.volume_plot_table(vol_pred).to_csv(index=False, float_format="%.6g"))
+    write_text(PLOTS / "report_roi_f1.csv", report.decoder_plot_table(dec_reports).to_csv(index=False, float_format="%.6g"))
     write_json(METRICS, {
         "profile": raw.get("profile"),
         "synthetic": "every case, report, system and rater is simulated; no claim is clinical",
@@ -44,6 +50,7 @@ def main() -> None:
         "detection_probe": probe,
         "panel": panel,
         "volume": {**report.volume_summary(vol_pred, vol_hist), "world": vol_world, "training_runs": p.volume.seeds},
+        "report_decoder": {**report.decoder_summary(dec_reports, dec_hist, dec_info), "training_runs": p.decoder.seeds},
         "preconditions": pre,
         "training_runs": p.head.seeds,
     })

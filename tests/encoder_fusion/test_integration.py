@@ -43,5 +43,15 @@ def test_smoke_pipeline(smoke_repo):
     assert pre["sampled slices miss thin lesions"]["value"] == pytest.approx(world["thin_missed_share"], abs=1e-4)
     assert world["sampled_slices"] == [0, 4, 7] and 0 <= world["thin_missed_share"] <= 1
     assert set(metrics["volume"]["arms"]) == {"anchored", "sampled", "encoder3d"}
+    # the report decoder: every fusion × seed wrote a report for every test case, scored by the RoI scorer
+    rep = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/report_roi_f1.csv")
+    assert set(rep["arm"]) == {"foundation", "parallel", "cascade"} and rep["cluster"].nunique() == 2
+    assert rep.groupby(["arm", "cluster"])["unit"].apply(frozenset).nunique() == 1 and rep["value"].between(0, 1).all()
+    assert claims["report_cascade_vs_foundation"]["units"]["cluster"] == "seed"
+    assert claims["report_cascade_vs_parallel"]["metric"] == "report RoI-F1"
+    assert {"every report decoder converged", "every report decoder learned"} <= names
+    reports = pd.read_parquet(smoke_repo / "data/encoder_fusion/decoder/reports.parquet")
+    assert (reports["n_matched"] + reports["n_missed"] + reports["n_hallucinated"] >= 0).all() and reports["reference"].str.len().gt(0).all()
+    assert set(metrics["report_decoder"]["fusions"]) == {"foundation", "parallel", "cascade"}
     out = dvc(smoke_repo, "repro", "--glob", "encoder_fusion_*").stdout  # a second repro has nothing to do
     assert "didn't change" in out or "up to date" in out.lower()

@@ -52,3 +52,18 @@ def test_bad_values_name_key_and_allowed():
     s = _default()
     s["panel"]["paraphrase_rate"] = 1.5
     assert "encoder_fusion.panel.paraphrase_rate" in _error(s)
+
+
+def test_bad_decoder_params_name_the_key():
+    s = _default()
+    s["decoder"]["steps"] = 0
+    assert "encoder_fusion.decoder.steps" in _error(s)
+    s = _default()
+    s["decoder"]["num_heads"] = 3
+    assert "divisible by num_heads=3" in _error(s)
+    s = _default()
+    s["decoder"]["prefix_tokens"] = 4
+    assert "prefix_tokens" in _error(s)
+    s = _default()
+    del s["decoder"]
+    assert "encoder_fusion.decoder" in _error(s)

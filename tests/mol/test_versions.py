@@ -134,7 +134,7 @@ def test_loop_data_disjoint_and_shifted():
 
     world = W.build_world(SMALL, 5)
     vp = VersionsParams(seed=0, cycles=[CycleParams(shift=1), CycleParams(shift=2, faulty=True)], audit_per_capability=6,
-                        suite_per_capability=8, dev_per_capability=4, seed_problems=8, replay_items=4, update_steps=2, eval_every=1)
+                        suite_per_capability=8, dev_per_capability=40, seed_problems=8, replay_items=4, update_steps=2, eval_every=1)
     from paperworks.core.seeding import derive_seed
 
     data = V.build_loop_data(world, vp, 0.25, lambda *parts: np.random.default_rng(derive_seed(5, "test", *parts)))
@@ -143,6 +143,8 @@ def test_loop_data_disjoint_and_shifted():
     assert "plot" in {x["verb"] for cap in W.CAPABILITIES for x in data["suites"]["2"][cap]}
     trained = {V.body(x) for s in ("train", "dev") for items in world[s].values() for x in items}
     assert not trained & {V.body(x) for s in data["suites"].values() for items in s.values() for x in items}
+    # dev pools pick the update's checkpoint: they must not repeat the training pool the update replays
+    assert not trained & {V.body(x) for d in data["dev"].values() for items in d.values() for x in items}
     held = V.held_out_bodies(world, data["suites"])
     V.check_update_disjoint(world["train"]["agent"], held)
     with pytest.raises(ValueError, match="acceptance-suite"):
