@@ -260,8 +260,14 @@ def test_committed_claims_meet_the_evidence_standard_and_recompute() -> None:
     recomputes the same intervals and verdicts from the committed per-unit tables."""
     from tests.conftest import assert_claims_meet_standard
 
+    checked = 0
     for path in sorted((REPO / "metrics").glob("*.json")):
-        assert_claims_meet_standard(json.loads(path.read_text()), path.stem, REPO)
+        metrics = json.loads(path.read_text())
+        if "claims" not in metrics:  # scalar-only metrics for `dvc exp show` (e.g. mol_versions.json), as make report skips them
+            continue
+        assert_claims_meet_standard(metrics, path.stem, REPO)
+        checked += 1
+    assert checked >= 10, checked  # every track's metrics file carries claims
 
 
 
