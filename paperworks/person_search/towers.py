@@ -158,12 +158,12 @@ class EarlyStopping:
             return False
         if self.plateau_tail <= 0:
             return True
-        y = np.asarray(self.history, dtype=float)
-        w = max(1, int(round(len(y) * self.plateau_tail)))
-        if len(y) < 2 * w:
-            return False
-        before, last = y[-2 * w:-w].mean(), y[-w:].mean()
-        return (before - last) / max(abs(before), 1e-12) <= self.plateau_rel_tol
+        from paperworks.core.claims import EvidenceParams, convergence
+
+        # the claims' own check, so stopping and the precondition can never disagree (min_evals gates length above)
+        ev = EvidenceParams.model_construct(convergence_tail=self.plateau_tail, convergence_rel_tol=self.plateau_rel_tol,
+                                            convergence_min_points=1)
+        return convergence("plateau", self.history, ev)["passed"]
 
     def update(self, loss: float, model: nn.Module) -> bool:
         """Record one evaluation; True when training should stop."""
