@@ -57,6 +57,15 @@ def _preconditions_cell(record: dict) -> str:
     return f"✓ {len(pre)} met"
 
 
+def verdict_cell(record: dict) -> str:
+    """The verdict in bold; a claim that was not tested names the preconditions that *failed*, since
+    the bare names ("not tested: warm start converged") read as if they held."""
+    v = record["verdict"]
+    if v.startswith("not tested: "):
+        return f"**not tested** (failed: {v[len('not tested: '):]})"
+    return f"**{v}**"
+
+
 def claim_row(record: dict) -> list[str]:
     """The cells every claims table shows (README and track pages render the same fields)."""
     r = record
@@ -64,7 +73,7 @@ def claim_row(record: dict) -> list[str]:
     means = f"{r['method']} {_fmt(r['method_mean'])} vs {r['baseline']} {_fmt(r['baseline_mean'])}"
     diff = "–" if r["diff"] is None else f"{_fmt(r['diff'], True)} [{_fmt(r['ci_low'], True)}, {_fmt(r['ci_high'], True)}]"
     return [r["role"], r["statement"], f"{r['metric']} ({r['direction']})", kind, means, diff, r["units"]["label"],
-            r["interval_method"] or "–", _preconditions_cell(r), f"**{r['verdict']}**"]
+            r["interval_method"] or "–", _preconditions_cell(r), verdict_cell(r)]
 
 
 CLAIM_COLUMNS = ["role", "claim", "metric", "kind", "method vs baseline (means)", "difference [95% CI]", "units",
@@ -106,7 +115,7 @@ def scan_row(track: str, profile: str, r: dict) -> list[str]:
     kind = r["kind"].replace("_", "-") + (f" ±{r['margin']:g}" if r.get("margin") else "")
     diff = "–" if r["diff"] is None else f"{_fmt(r['diff'], True)} [{_fmt(r['ci_low'], True)}, {_fmt(r['ci_high'], True)}]"
     better = "higher ↑" if r["direction"].startswith("higher") else "lower ↓"
-    return [track, profile, r["statement"], better, kind, diff, r["units"]["label"], f"**{r['verdict']}**"]
+    return [track, profile, r["statement"], better, kind, diff, r["units"]["label"], verdict_cell(r)]
 
 
 def exploratory_row(track: str, profile: str, records: list[dict]) -> list[str] | None:
