@@ -71,34 +71,35 @@ def main() -> None:
                 plain[s] + [render(k, r) for k in KINDS for r in plain[s]]) for s in ("train", "dev")}
     corpus = inst["train"][1] + domain["train"] + list(PROMPTS.values()) + [tool_text[i] for i in rows["train"]]
     tokenizer = train_tokenizer(corpus, vocab_size=d.vocab_size)
-    all_prompts = list(PROMPTS.values()) + tool_text
-    p_width = prompt_width(tokenizer, all_prompts)
+    # each comparison pads its prompts to its own width (the tool's region text is longer than an instruction)
+    w_inst, w_tool = prompt_width(tokenizer, list(PROMPTS.values())), prompt_width(tokenizer, tool_text)
     t_width = target_width(tokenizer, inst["train"][1] + inst["dev"][1] + domain["train"] + domain["dev"])
     grid = int(round(tokens["foundation"].shape[1] ** 0.5))
-    cfg = prompted_config(d.hidden_size, d.num_layers, d.num_heads, d.intermediate_size, grid * grid, p_width, t_width, d.max_new_tokens)
+    cfg = {w: prompted_config(d.hidden_size, d.num_layers, d.num_heads, d.intermediate_size, grid * grid, w, t_width, d.max_new_tokens)
+           for w in (w_inst, w_tool)}
     dims = {k: tokens[k].shape[2] for k in ("foundation", "xray", "path")}
     qdim = tokens["question_embeddings"].shape[1]
 
-    def data(split: str, prompts: list[str], targets: list[str]):
+    def data(split: str, prompts: list[str], targets: list[str], width: int):
         reps = len(targets) // len(rows[split])
-        return make_data(tokenizer, np.tile(rows[split], reps), prompts, targets, p_width, t_width)
+        return make_data(tokenizer, np.tile(rows[split], reps), prompts, targets, width, t_width)
 
-    inst_data = {s: data(s, *inst[s]) for s in ("train", "dev")}
-    dom_data = {s: data(s, [""] * len(domain[s]), domain[s]) for s in ("train", "dev")}
+    inst_data = {s: data(s, *inst[s], w_inst) for s in ("train", "dev")}
+    dom_data = {s: data(s, [""] * len(domain[s]), domain[s], w_inst) for s in ("train", "dev")}
     test_ids = [c.case_id for c in test]
     tagger = FindingTagger().fit(*annotated_sentences(p.panel.tagger_sentences, derive_seed(seed, "encoder_fusion", "tagger")))
     domain_refs = [realise(c.findings, c.modality, np.random.default_rng(derive_seed(seed, "encoder_fusion", "explore_domain_ref", c.case_id)),
                            e.domain_paraphrase_rate) for c in test]
     comp_rows, tool_rows, domain_rows, histories, cost, pre_compliance = [], [], [], {}, {}, {}
-    empty_test = encode_prompts(tokenizer, [""] * len(test), p_width)
+    empty_test = encode_prompts(tokenizer, [""] * len(test), w_inst)
     for s in range(e.seeds):
         # ---------------- 1. instruction retention
         run_seed = derive_seed(seed, "encoder_fusion", "explore_retention", s)
         t0 = time.process_time()
-        model = PromptedDecoder(e.retention_fusion, dims, qdim, grid, p.head, cfg, len(tokenizer), run_seed)
+        model = PromptedDecoder(e.retention_fusion, dims, qdim, grid, p.head, cfg[w_inst], len(tokenizer), run_seed)
         histories[f"instruct-{s}"] = train_prompted(model, tokens, [(inst_data["train"], 1.0)], inst_data["dev"], e.instruct_steps,
                                                     d.batch_size, d.lr, e.log_every, run_seed)
-        dev_comp = compliance(model, tokenizer, tokens, rows["dev"], [cases[i].case_id for i in rows["dev"]], KINDS, PROMPTS, p_width,
+        dev_comp = compliance(model, tokenizer, tokens, rows["dev"], [cases[i].case_id for i in rows["dev"]], KINDS, PROMPTS, w_inst,
                               d.max_new_tokens)
         pre_compliance[str(s)] = float(np.mean([r["complies"] for r in dev_comp]))
         tuned = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -110,7 +111,7 @@ def main() -> None:
             histories[f"{arm}-{s}"] = train_prompted(model, tokens, sources, dom_data["dev"], e.domain_steps, d.batch_size, d.lr,
                                                      e.log_every, derive_seed(run_seed, "encoder_fusion", "domain", s))
             comp_rows += [{"arm": arm, "seed": s, **r} for r in compliance(model, tokenizer, tokens, rows["test"], test_ids, KINDS,
-                                                                         PROMPTS, p_width, d.max_new_tokens)]
+                                                                         PROMPTS, w_inst, d.max_new_tokens)]
             reps = generate_prompted(model, tokenizer, tokens, rows["test"], empty_test, d.max_new_tokens)
             domain_rows += [{"arm": arm, "seed": s, "case_id": c.case_id,
                              "roi_f1": roi_f1(score(r, ref, c.roi, tagger, p.panel.metric_roi_weight), c.roi, p.panel.metric_roi_weight)}
@@ -122,12 +123,12 @@ def main() -> None:
         run_seed = derive_seed(seed, "encoder_fusion", "explore_tool", s)
         for arm in ("none", "tool"):
             t0 = time.process_time()
-            model = PromptedDecoder(e.tool_fusion, dims, qdim, grid, p.head, cfg, len(tokenizer), run_seed)
+            model = PromptedDecoder(e.tool_fusion, dims, qdim, grid, p.head, cfg[w_tool], len(tokenizer), run_seed)
             sel = {sp: [tool_text[i] if arm == "tool" else "" for i in rows[sp]] for sp in ("train", "dev", "test")}
-            histories[f"{arm}-{s}"] = train_prompted(model, tokens, [(data("train", sel["train"], plain["train"]), 1.0)],
-                                                     data("dev", sel["dev"], plain["dev"]), e.tool_steps, d.batch_size, d.lr,
+            histories[f"{arm}-{s}"] = train_prompted(model, tokens, [(data("train", sel["train"], plain["train"], w_tool), 1.0)],
+                                                     data("dev", sel["dev"], plain["dev"], w_tool), e.tool_steps, d.batch_size, d.lr,
                                                      e.log_every, run_seed)
-            reps = generate_prompted(model, tokenizer, tokens, rows["test"], encode_prompts(tokenizer, sel["test"], p_width),
+            reps = generate_prompted(model, tokenizer, tokens, rows["test"], encode_prompts(tokenizer, sel["test"], w_tool),
                                      d.max_new_tokens)
             for c, r, ref in zip(test, reps, references):
                 sc = score(r, ref, c.roi, tagger, p.panel.metric_roi_weight)
@@ -147,7 +148,8 @@ def main() -> None:
         write_json(tmp / "explore.json", {"instruction_compliance_before_domain_tuning": pre_compliance,
                                           "n_dev_instruction_items": len(rows["dev"]) * len(KINDS),
                                           "tool_entity_f1_test": tool_f1, "tool_examples": tool_examples,
-                                          "prompt_tokens": p_width, "vocab": len(tokenizer), "lm_config": cfg.model_dump(),
+                                          "prompt_tokens": {"instructions": w_inst, "tool": w_tool}, "vocab": len(tokenizer),
+                                          "lm_config": cfg[w_tool].model_dump(),
                                           "mix_share": e.mix_share, "domain_paraphrase_rate": e.domain_paraphrase_rate,
                                           "retention_fusion": e.retention_fusion, "tool_fusion": e.tool_fusion})
         save_tokenizer(tokenizer, tmp / "tokenizer.json")
