@@ -60,3 +60,4 @@ def read_tokens(root: Path = FEATURES) -> dict[str, torch.Tensor]:
 VOLUMES = Path("data/encoder_fusion/volumes")
 VOLUME_VQA = Path("data/encoder_fusion/volume_vqa")
 DECODER = Path("data/encoder_fusion/decoder")
+EXPLORE = Path("data/encoder_fusion/explore")

@@ -158,11 +158,29 @@ class DecoderParams(StrictModel):
         return self
 
 
+class ExploreParams(StrictModel):
+    """Exploratory comparisons with the report decoder's sizes (``decoder.*``) and a text prompt after the visual
+    prefix: instruction retention after domain tuning with vs without instruction data mixed in, and the
+    segmentation tool's region text as the prompt vs none (``paperworks.encoder_fusion.explore``)."""
+
+    seeds: int = Field(3, ge=1, le=50, description="independent runs of each comparison (the claims' clusters)")
+    retention_fusion: Fusion = Field("cascade", description="the fusion under the retention decoder")
+    instruct_steps: int = Field(ge=10, le=100_000, description="instruction tuning (plain + every format instruction)")
+    domain_steps: int = Field(ge=10, le=100_000, description="domain tuning of each arm, from the instruction-tuned checkpoint")
+    mix_share: float = Field(0.25, gt=0, lt=1, description="share of each domain-tuning batch drawn from the instruction items ('mixed' arm)")
+    domain_paraphrase_rate: float = Field(0.5, ge=0, le=1, description="paraphrase rate of the domain-tuning reports (the new house style)")
+    tool_fusion: Fusion = Field("foundation", description="the fusion under the tool-use decoder (the foundation alone cannot see small lesions)")
+    tool_steps: int = Field(ge=10, le=100_000, description="training steps of each tool-use arm")
+    log_every: int = Field(25, ge=1, le=10_000)
+
+
 class ClaimsParams(StrictModel):
     min_specialist_gain: float = Field(0.15, ge=0, le=1, description="specialist − foundation small-lesion detection accuracy")
     min_rel_improvement: float = Field(0.05, ge=0, le=1, description="a training loss must leave its start by this much")
     min_tagger_accuracy: float = Field(0.9, ge=0, le=1, description="field accuracy of the finding tagger on held-out sentences")
     min_thin_missed: float = Field(0.3, ge=0, le=1, description="share of thin (1-slice) test lesions absent from the k sampled slices")
+    min_instruction_compliance: float = Field(0.8, ge=0, le=1, description="dev compliance of the instruction-tuned decoder (before domain tuning)")
+    min_tool_f1: float = Field(0.8, ge=0, le=1, description="mean entity-F1 of the segmentation tool's findings against the test cases' truth")
 
 
 class Params(StrictModel):
@@ -173,4 +191,5 @@ class Params(StrictModel):
     panel: PanelParams
     volume: VolumeParams
     decoder: DecoderParams
+    explore: ExploreParams
     claims: ClaimsParams = ClaimsParams()

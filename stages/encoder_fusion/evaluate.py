@@ -7,7 +7,8 @@ from paperworks.core.io import read_json, read_parquet, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion import report
-from paperworks.encoder_fusion.artifacts import DECODER, FEATURES, METRICS, MODELS, PANEL, PLOTS, VOLUME_VQA, VOLUMES, VQA
+from paperworks.encoder_fusion.artifacts import (DECODER, EXPLORE, FEATURES, METRICS, MODELS, PANEL, PLOTS, VOLUME_VQA, VOLUMES,
+                                                 VQA)
 from paperworks.encoder_fusion.params import Params
 
 
@@ -29,11 +30,17 @@ def main() -> None:
     dec_reports = read_parquet(DECODER / "reports.parquet")
     dec_hist = read_json(DECODER / "histories.json")
     dec_info = read_json(DECODER / "decoder.json")
+    ex_comp = read_parquet(EXPLORE / "compliance.parquet")
+    ex_tool = read_parquet(EXPLORE / "tool_reports.parquet")
+    ex_domain = read_parquet(EXPLORE / "domain_reports.parquet")
+    ex_hist = read_json(EXPLORE / "histories.json")
+    ex_info = read_json(EXPLORE / "explore.json")
     units = {**report.vqa_units(pred), **report.panel_units(tau), **report.volume_units(vol_pred),
-             **report.decoder_units(dec_reports)}
+             **report.decoder_units(dec_reports), **report.explore_units(ex_comp, ex_tool)}
     pre = (report.preconditions(p, probe, enc_hist, vqa_hist, panel, ev) + report.volume_preconditions(p, vol_world, vol_hist, ev)
-           + report.decoder_preconditions(p, dec_hist, dec_info, ev))
-    claims = evaluate_claims(report.claim_specs(p) + report.volume_claim_specs(p) + report.decoder_claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
+           + report.decoder_preconditions(p, dec_hist, dec_info, ev) + report.explore_preconditions(p, ex_hist, ex_info, ev))
+    claims = evaluate_claims(report.claim_specs(p) + report.volume_claim_specs(p) + report.decoder_claim_specs(p)
+                             + report.explore_claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
     write_unit_tables("encoder_fusion", units)
     write_text(PLOTS / "vqa_accuracy.csv", report.accuracy_plot_table(pred).to_csv(index=False, float_format="%.6g"))
     agree = tau.groupby("metric", as_index=False)["tau"].mean().rename(columns={"tau": "mean_tau"})
@@ -51,6 +58,7 @@ def main() -> None:
         "panel": panel,
         "volume": {**report.volume_summary(vol_pred, vol_hist), "world": vol_world, "training_runs": p.volume.seeds},
         "report_decoder": {**report.decoder_summary(dec_reports, dec_hist, dec_info), "training_runs": p.decoder.seeds},
+        "explore": {**report.explore_summary(ex_comp, ex_tool, ex_domain, ex_info), "training_runs": p.explore.seeds},
         "preconditions": pre,
         "training_runs": p.head.seeds,
     })

@@ -53,5 +53,16 @@ def test_smoke_pipeline(smoke_repo):
     reports = pd.read_parquet(smoke_repo / "data/encoder_fusion/decoder/reports.parquet")
     assert (reports["n_matched"] + reports["n_missed"] + reports["n_hallucinated"] >= 0).all() and reports["reference"].str.len().gt(0).all()
     assert set(metrics["report_decoder"]["fusions"]) == {"foundation", "parallel", "cascade"}
+    # exploratory: instruction retention (mixed vs domain only) and tool use vs none, paired units per seed
+    comp = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/instruction_compliance.csv")
+    assert set(comp["arm"]) == {"mixed", "domain_only"} and comp["cluster"].nunique() == 2 and comp["value"].isin([0, 1]).all()
+    assert comp.groupby(["arm", "cluster"])["unit"].apply(frozenset).nunique() == 1
+    assert comp["unit"].str.rsplit("|", n=1).str[1].isin(["header", "bullets", "count"]).all()
+    tool = pd.read_csv(smoke_repo / "metrics/units/encoder_fusion/tool_report_roi_f1.csv")
+    assert set(tool["arm"]) == {"tool", "none"} and tool.groupby(["arm", "cluster"])["unit"].apply(frozenset).nunique() == 1
+    assert {"instruction_retention_mixed_vs_domain_only", "tool_use_vs_none"} <= set(claims)
+    assert claims["tool_use_vs_none"]["role"] == "exploratory" and claims["tool_use_vs_none"]["units"]["cluster"] == "seed"
+    assert {"instruction tuning taught the formats", "segmentation tool reads the test cases"} <= names
+    assert 0 <= metrics["explore"]["tool_entity_f1_test"] <= 1
     out = dvc(smoke_repo, "repro", "--glob", "encoder_fusion_*").stdout  # a second repro has nothing to do
     assert "didn't change" in out or "up to date" in out.lower()

@@ -1,0 +1,58 @@
+"""The prompted report decoder: the prompt reaches the output, an all-pad prompt and a text prompt put the
+report at the same positions, and a short training teaches it to follow two format instructions."""
+import numpy as np
+import torch
+
+from paperworks.core.lm import train_tokenizer
+from paperworks.encoder_fusion.explore import (PromptedDecoder, compliance, encode_prompts, make_data, prompt_width,
+                                               prompted_config, target_width, train_prompted)
+from paperworks.encoder_fusion.instructions import PROMPTS, render
+from paperworks.encoder_fusion.params import HeadParams
+
+HEAD = HeadParams(d_model=16, heads=2, window=1, steps=10)
+DIMS = {"foundation": 8, "xray": 8, "path": 8}
+REPORTS = ["Small nodule in the left upper zone.", "No lesion in the right lower zone."]
+
+
+def _tokens(n: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {k: torch.randn(n, 4, 8, generator=g) for k in DIMS}
+
+
+def _setup():
+    kinds = ("header", "bullets")
+    targets = [r for r in REPORTS] + [render(k, r) for k in kinds for r in REPORTS]
+    prompts = ["", ""] + [PROMPTS[k] for k in kinds for _ in REPORTS]
+    tok = train_tokenizer(targets + prompts[2:])
+    pw, tw = prompt_width(tok, prompts), target_width(tok, targets)
+    cfg = prompted_config(32, 1, 2, 64, 4, pw, tw, 40)
+    return kinds, targets, prompts, tok, pw, tw, cfg
+
+
+def test_prompt_reaches_the_output_and_pads_on_the_left():
+    kinds, targets, prompts, tok, pw, tw, cfg = _setup()
+    enc = encode_prompts(tok, ["", PROMPTS["header"]], pw)
+    assert (enc[0] == tok.pad_token_id).all() and enc[1, -1] != tok.pad_token_id
+    model = PromptedDecoder("cascade", DIMS, 12, 2, HEAD, cfg, len(tok), seed=1).eval()
+    rows, prompt, ids, mask = make_data(tok, np.array([0, 0]), ["", PROMPTS["header"]], [REPORTS[0]] * 2, pw, tw)
+    t = _tokens(1)
+    both = {k: v[[0, 0]] for k, v in t.items()}
+    with torch.no_grad():
+        logits = model(both, prompt, ids, mask)
+    assert logits.shape[:2] == (2, ids.shape[1] - 1)
+    assert not torch.allclose(logits[0], logits[1], atol=1e-4)   # same image and report, different prompt
+
+
+def test_short_training_teaches_two_format_instructions():
+    kinds, targets, prompts, tok, pw, tw, cfg = _setup()
+    n = len(targets)
+    rows = np.arange(n) % 2                       # case 0 or 1 (its report) under each prompt
+    tokens = _tokens(2, seed=4)
+    data = make_data(tok, rows, prompts, targets, pw, tw)
+    model = PromptedDecoder("foundation", DIMS, 12, 2, HEAD, cfg, len(tok), seed=2)
+    before = compliance(model, tok, tokens, np.array([0, 1]), ["a", "b"], kinds, PROMPTS, pw, 40)
+    hist = train_prompted(model, tokens, [(data, 1.0)], data, steps=150, batch_size=6, lr=1e-2, log_every=25, seed=0)
+    after = compliance(model, tok, tokens, np.array([0, 1]), ["a", "b"], kinds, PROMPTS, pw, 40)
+    assert not all(r["complies"] for r in before)
+    assert all(r["complies"] for r in after), after
+    assert hist[-1]["dev_loss"] < hist[0]["dev_loss"] / 4 and sum(r["selected"] for r in hist) == 1
