@@ -106,8 +106,12 @@ def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int]
     return out
 
 
-def claim_specs(p: Params, runs: set[str]) -> list[ClaimSpec]:
-    """MAPD's claims (headline: the first size's comparisons with GRPO and OPSD); the rest exploratory."""
+def claim_specs(p: Params, runs: set[str], absent: list[dict] | None = None) -> list[ClaimSpec]:
+    """MAPD's claims (headline: the first size's comparisons with GRPO and OPSD); the rest exploratory.
+
+    A claim whose method or baseline run is not in this profile's grid is not declared (it has no
+    arm to measure); when ``absent`` is given, each such claim is appended to it with the missing
+    runs and the reason, which the evaluate stage writes to the metrics file."""
     need, main = p.claims.min_privileged_gap_points, f"mapd_{p.teachers[0]}"
     specs: list[ClaimSpec] = []
 
@@ -115,7 +119,12 @@ def claim_specs(p: Params, runs: set[str]) -> list[ClaimSpec]:
             headline: bool = False, higher_is_better: bool = True, metric: str = "EM", kind: str = "superiority",
             margin: float | None = None, baseline_size: str | None = None) -> None:
         bsize = baseline_size or size
-        if method in runs and (baseline in runs or baseline == "warm_start"):
+        missing = [r for r in (method, baseline) if r not in runs and r != "warm_start"]
+        if missing and absent is not None:
+            absent.append({"id": f"{cid}_{size}", "statement": f"{statement} ({size})", "missing_runs": sorted(set(missing)),
+                           "reason": f"not in this profile's online.runs ({', '.join(sorted(set(missing)))}): dropped from the "
+                                     "grid to fit the profile's budget; the paper profile runs it"})
+        if not missing:
             specs.append(ClaimSpec(id=f"{cid}_{size}", statement=f"{statement} ({size})", table=table, metric=metric,
                                    method=f"{method}[{size}]", baseline=f"{baseline}[{bsize}]", unit="question", cluster="seed",
                                    role="headline" if headline else "exploratory", higher_is_better=higher_is_better,

@@ -568,6 +568,9 @@ def _params(**overrides):
     from tests.conftest import REPO
 
     p = load_section("protocol_distill", Params, REPO / "params.yaml")
+    runs = overrides.pop("runs", None)
+    if runs is not None:  # independent of which runs the committed profile's grid holds
+        overrides["online"] = p.online.model_copy(update={"runs": runs})
     return p.model_copy(update=overrides)
 
 
@@ -592,7 +595,8 @@ def test_inverted_sizes_and_silent_styled_branch_fail_their_preconditions():
     from paperworks.core.claims import EvidenceParams
     from paperworks.protocol_distill.report import SIZE_ORDER_NAME, preconditions, privileged_gap_table, style_reach_name
 
-    p = _params(sizes=["tiny", "small"], seeds=[0, 1], teachers=["opus"], style_teachers=["opus"])
+    p = _params(sizes=["tiny", "small"], seeds=[0, 1], teachers=["opus"], style_teachers=["opus"],
+                runs=["grpo", "trace", "mapd_opus", "mapd_opus_styled"])
     n = 20
     warm = {("tiny", k): _warm_report([0.5] * n, [1.0] * n, tic_share=0.0) for k in (0, 1)}
     warm |= {("small", k): _warm_report([0.4] * n, [1.0] * n, tic_share=0.3) for k in (0, 1)}   # the larger is worse
