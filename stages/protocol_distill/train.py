@@ -82,14 +82,15 @@ def main() -> None:
         train_qs, held_qs = split_heldout(online_qs, min(len(online_qs) - 1, n_held), seed)
         prompts, completions = trace_examples(ws.codec, train_qs, ws.protocol_rows, p.teachers)
         h_prompts, h_completions = trace_examples(ws.codec, held_qs, ws.protocol_rows, p.teachers)
+        h_prompts, h_completions = h_prompts[: tr.heldout_examples], h_completions[: tr.heldout_examples]
         if not h_prompts:
             raise ParamsError("protocol_distill.trace.heldout_examples: the held-out questions gave no trace")
         extra["trace_fit"] = trace_fit(ws, prompts + h_prompts, completions + h_completions, tr.max_completion, cfg.max_positions,
                                        test_prompts)
         cap = tr.max_completion
         data = sft_batch(ws.codec, prompts, completions, cfg.max_positions)
-        held = sft_batch(ws.codec, h_prompts[: tr.heldout_examples], h_completions[: tr.heldout_examples], cfg.max_positions)
-        extra["trace_fit"].update(trained_traces=len(prompts), heldout_traces=len(h_prompts[: tr.heldout_examples]))
+        held = sft_batch(ws.codec, h_prompts, h_completions, cfg.max_positions)
+        extra["trace_fit"].update(trained_traces=len(prompts), heldout_traces=len(h_prompts))
         hist = train_sft(model, data, TrainConfig(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr, warmup_steps=tr.warmup_steps,
                                                   log_every=tr.log_every, eval_every=tr.log_every),
                          seed=seed, live_dir=live_dir, eval_fn=lambda step: {"heldout_loss": heldout_loss(model, held)},
