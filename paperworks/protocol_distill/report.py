@@ -89,10 +89,13 @@ def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int]
         for t in p.style_teachers:
             share = _seed_mean(warm_reports, size, lambda rep: rep["branches"][f"{t}_styled"]["tic_share"])
             plain = _seed_mean(warm_reports, size, lambda rep: rep["branches"]["student"]["tic_share"])
-            out.append(precondition(style_reach_name(f"{t}_styled", size), share > 0, value=round(share, 4), threshold="> 0",
+            # above the student branch's own share: tics an under-trained model writes anyway (frequent
+            # tokens) are not style carried by the protocol
+            out.append(precondition(style_reach_name(f"{t}_styled", size), share > plain, value=round(share - plain, 4),
+                                    threshold="> 0 (styled branch minus student branch)",
                                     detail=f"share of the privileged branch's greedy test outputs with a tic word, reading {t}_styled "
-                                    f"protocols: {share:.3f} (student branch: {plain:.3f}); 0 means the KL target writes no tic, so "
-                                    "the style test could not fail"))
+                                    f"protocols: {share:.3f} (student branch: {plain:.3f}); no more than the student branch means "
+                                    "the KL target carries no tic of the protocol's, so the style test could not fail"))
         out.append(combine(f"warm start converged ({size})",
                            [convergence(f"seed {k}", c, ev) for k, c in zip(p.seeds, warm_curves[size])], "seeds"))
         if "trace" in p.online.runs:

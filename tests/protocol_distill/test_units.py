@@ -607,6 +607,12 @@ def test_inverted_sizes_and_silent_styled_branch_fail_their_preconditions():
     assert not pre[SIZE_ORDER_NAME]["passed"]
     assert not pre[style_reach_name("opus_styled", "tiny")]["passed"] and pre[style_reach_name("opus_styled", "small")]["passed"]
     assert pre["warm start converged (tiny)"]["passed"] and pre["trace imitation's SFT converged (small)"]["passed"]
+    # tics the student branch writes as often (an under-trained model's frequent tokens) are not style
+    for k in (0, 1):
+        warm[("small", k)]["branches"]["student"]["tic_share"] = 0.3
+    pre2 = {r["name"]: r for r in preconditions(p, gap, warm, {s: [curve, curve] for s in p.sizes},
+                                                  {s: [curve, curve] for s in p.sizes}, EvidenceParams())}
+    assert not pre2[style_reach_name("opus_styled", "small")]["passed"]
     rising = [1.0 / (i + 1) for i in range(20)]
     pre = {r["name"]: r for r in preconditions(p, gap, warm, {s: [curve, rising] for s in p.sizes}, {}, EvidenceParams())}
     assert not pre["warm start converged (tiny)"]["passed"] and "seed 1" in pre["warm start converged (tiny)"]["detail"]
