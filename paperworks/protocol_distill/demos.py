@@ -31,9 +31,20 @@ def encode_prompt(codec: Codec, question: str, context: str = "") -> list[int]:
 QUESTION_DROPPED = "what is ?"
 
 
+def split_heldout(questions: list[dict], n_questions: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """(training questions, held-out questions): ``n_questions`` drawn with ``seed``, disjoint from
+    the rest, both in their original order. The held-out questions' examples never reach training,
+    so their loss measures what transfers to unseen questions (what the convergence check reads)."""
+    if not 0 < n_questions < len(questions):
+        raise ValueError(f"split_heldout: {n_questions} held-out questions out of {len(questions)}")
+    held = set(np.random.default_rng(seed).choice(len(questions), size=n_questions, replace=False).tolist())
+    return ([q for i, q in enumerate(questions) if i not in held], [q for i, q in enumerate(questions) if i in held])
+
+
 def warm_start_examples(codec: Codec, tool: SearchTool, questions: list[dict], protocols: dict[tuple[str, str], dict],
                         teachers: list[str], mix: dict[str, float], seed: int,
-                        question_dropout: float = 0.0) -> tuple[list[list[int]], list[Completion], dict]:
+                        question_dropout: float = 0.0, style_teachers: tuple[str, ...] = (),
+                        styled_share: float = 0.0) -> tuple[list[list[int]], list[Completion], dict]:
     """Episode-format demonstrations for the warm-start questions.
 
     Each question gets one verified protocol (teachers taken in turn); its plan's searches are
@@ -45,33 +56,51 @@ def warm_start_examples(codec: Codec, tool: SearchTool, questions: list[dict], p
     replaced by a placeholder, so the completion can only be predicted from the context. Without
     it a from-scratch model learns to ignore the context (it can copy the same path from the
     question), and the privileged branch ends up no better than the student.
+
+    ``styled_share``: when the chosen protocol's teacher is in ``style_teachers`` and its styled
+    variant (``<teacher>_styled``) passed the schema, that share of its protocol-conditioned
+    demonstrations shows the styled protocol, and the completion replays the styled plan's own
+    queries (the adverb included) through the tool — as an LLM reading a styled protocol would copy
+    its steps. The plain and answer-conditioned demonstrations always use the unstyled plan, so
+    the student branch is never taught a tic; only the KL target can carry one to it.
     """
     rng = np.random.default_rng(seed)
-    prompts, completions, counts = [], [], {"plain": 0, "protocol": 0, "answer": 0, "skipped_unverified": 0, "question_dropped": 0}
+    prompts, completions, counts = [], [], {"plain": 0, "protocol": 0, "answer": 0, "skipped_unverified": 0, "question_dropped": 0,
+                                            "styled": 0}
+
+    def replay(protocol: dict) -> Completion:
+        queries = plan_queries(protocol)
+        docs = [(tool.search(qq) or ("",))[0] for qq in queries]
+        return completion_from_text(demonstration_text(queries, docs, q["answer"]))
+
     for k, q in enumerate(questions):
-        chosen = None
+        chosen, chosen_teacher = None, ""
         for j in range(len(teachers)):
             t = teachers[(k + j) % len(teachers)]
             p = protocols.get((q["qid"], t))
             if p is not None and p["answer_verified"]:
-                chosen = p
+                chosen, chosen_teacher = p, t
                 break
         if chosen is None:
             counts["skipped_unverified"] += 1
             continue
-        queries = plan_queries(chosen)
-        docs = [(tool.search(qq) or ("",))[0] for qq in queries]
-        completion = completion_from_text(demonstration_text(queries, docs, q["answer"]))
+        completion = replay(chosen)
+        styled = protocols.get((q["qid"], f"{chosen_teacher}_styled")) if chosen_teacher in style_teachers else None
         for kind, probability in mix.items():
             if rng.random() >= probability:
                 continue
             context = {"plain": "", "protocol": protocol_to_context(chosen), "answer": answer_context(q["answer"])}[kind]
+            shown = completion
+            # drawn for every protocol demonstration, so the rng stream does not depend on which have a styled variant
+            if kind == "protocol" and rng.random() < styled_share and styled is not None and styled["answer_verified"]:
+                context, shown = protocol_to_context(styled), replay(styled)
+                counts["styled"] += 1
             text = q["text"]
             if kind != "plain" and rng.random() < question_dropout:
                 text = QUESTION_DROPPED
                 counts["question_dropped"] += 1
             prompts.append(encode_prompt(codec, text, context))
-            completions.append(completion)
+            completions.append(shown)
             counts[kind] += 1
     return prompts, completions, counts
 

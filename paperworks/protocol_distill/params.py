@@ -95,7 +95,12 @@ class WarmStartParams(StrictModel):
     mix: WarmMix
     question_dropout: float = Field(ge=0, le=1, description="share of context-conditioned demos whose question is hidden")
     probe_questions: int = Field(ge=1, description="online-pool questions used to log student/privileged EM")
-    eval_every: int = Field(ge=1)
+    eval_every: int = Field(ge=1, description="steps between probe-EM evaluations (the held-out loss is logged at every log point)")
+    styled_share: float = Field(0.0, ge=0, le=1, description="share of the protocol-conditioned demonstrations of a style teacher "
+                                "shown with its styled protocol (and the styled plan's queries as the completion): without any, "
+                                "the privileged branch never learns to read a styled protocol and the style test cannot fail")
+    heldout_examples: int = Field(128, ge=8, le=100_000, description="demonstrations of warm-pool questions held out of training; "
+                                  "their loss is the curve the convergence check reads")
 
 
 class OnlineParams(StrictModel):
@@ -130,6 +135,8 @@ class TraceParams(StrictModel):
     warmup_steps: int = Field(ge=0)
     batch_size: int = Field(ge=1)
     log_every: int = Field(ge=1)
+    heldout_examples: int = Field(128, ge=8, le=100_000, description="traces of online questions held out of trace training; "
+                                  "their loss is the curve the convergence check reads")
     max_completion: int = Field(ge=16, le=512, description="rollout cap of the trace-imitation student; every training "
                                                            "trace must fit (checked before training)")
 

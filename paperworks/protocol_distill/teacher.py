@@ -53,7 +53,8 @@ class TeacherStyle:
 
     @property
     def tic_words(self) -> set[str]:
-        text = " ".join([self.opening, self.before_search, self.after_success, self.after_failure, self.closing])
+        # the styled protocols' query adverb is part of the style (it can reach outputs only through them)
+        text = " ".join([self.opening, self.before_search, self.after_success, self.after_failure, self.closing, self.query_tic])
         return set(text.split())
 
 

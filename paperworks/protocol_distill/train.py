@@ -47,6 +47,31 @@ def sft_batch(codec: Codec, prompts: Sequence[list[int]], completions: Sequence[
     return {"input_ids": ids, "attention_mask": mask, "labels": lab}
 
 
+@torch.no_grad()
+def heldout_loss(model, data: dict[str, torch.Tensor], batch_size: int = 64) -> float:
+    """Mean next-token cross-entropy over every labelled token of ``data`` (token-weighted, not
+    batch-weighted), in eval mode: the held-out curve the convergence check reads. Unlike the
+    training loss it does not keep falling while the model memorises its training examples (which
+    word *this* fact's document uses), and it is the same examples at every point, so it is smooth."""
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, data["input_ids"].shape[0], batch_size):
+        batch = {k: v[start:start + batch_size] for k, v in data.items()}
+        width = int(batch["attention_mask"].sum(1).max())
+        batch = {k: v[:, :width] for k, v in batch.items()}
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+        labels = batch["labels"][:, 1:].reshape(-1)
+        total += float(torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels,
+                                                         ignore_index=IGNORE, reduction="sum"))
+        count += int((labels != IGNORE).sum())
+    if was_training:
+        model.train()
+    if count == 0:
+        raise ValueError("heldout_loss: no labelled tokens in the held-out examples")
+    return total / count
+
+
 # ---------------------------------------------------------------- the loss terms
 def token_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits.float(), dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 
 import numpy as np
 import pandas as pd
@@ -19,11 +20,11 @@ from paperworks.core.params import ParamsError, global_seed, load_section, read_
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
 from paperworks.protocol_distill import artifacts as A
-from paperworks.protocol_distill.demos import online_items, trace_examples
+from paperworks.protocol_distill.demos import online_items, split_heldout, trace_examples
 from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
 from paperworks.protocol_distill.params import Params, parse_run
 from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
-from paperworks.protocol_distill.train import OnlineConfig, sft_batch, train_online
+from paperworks.protocol_distill.train import OnlineConfig, heldout_loss, sft_batch, train_online
 
 log = logging.getLogger("paperworks.protocol_distill")
 
@@ -75,13 +76,25 @@ def main() -> None:
     extra: dict = {}
     if spec.method == "trace":
         tr = p.trace
-        prompts, completions = trace_examples(ws.codec, online_qs, ws.protocol_rows, p.teachers)
-        extra["trace_fit"] = trace_fit(ws, prompts, completions, tr.max_completion, cfg.max_positions, test_prompts)
+        # held-out online questions (up to one trace per teacher each): their traces never reach
+        # training; their loss is the curve the convergence check reads
+        n_held = math.ceil(1.25 * tr.heldout_examples / len(p.teachers))
+        train_qs, held_qs = split_heldout(online_qs, min(len(online_qs) - 1, n_held), seed)
+        prompts, completions = trace_examples(ws.codec, train_qs, ws.protocol_rows, p.teachers)
+        h_prompts, h_completions = trace_examples(ws.codec, held_qs, ws.protocol_rows, p.teachers)
+        h_prompts, h_completions = h_prompts[: tr.heldout_examples], h_completions[: tr.heldout_examples]
+        if not h_prompts:
+            raise ParamsError("protocol_distill.trace.heldout_examples: the held-out questions gave no trace")
+        extra["trace_fit"] = trace_fit(ws, prompts + h_prompts, completions + h_completions, tr.max_completion, cfg.max_positions,
+                                       test_prompts)
         cap = tr.max_completion
         data = sft_batch(ws.codec, prompts, completions, cfg.max_positions)
+        held = sft_batch(ws.codec, h_prompts, h_completions, cfg.max_positions)
+        extra["trace_fit"].update(trained_traces=len(prompts), heldout_traces=len(h_prompts))
         hist = train_sft(model, data, TrainConfig(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr, warmup_steps=tr.warmup_steps,
-                                                  log_every=tr.log_every),
-                         seed=seed, live_dir=live_dir, desc=f"trace {args.size}/{args.seed}")
+                                                  log_every=tr.log_every, eval_every=tr.log_every),
+                         seed=seed, live_dir=live_dir, eval_fn=lambda step: {"heldout_loss": heldout_loss(model, held)},
+                         desc=f"trace {args.size}/{args.seed}")
     else:
         context = {"grpo": "none", "opsd": "answer", "mapd": "protocol"}[spec.method]
         items = online_items(ws.codec, online_qs, ws.protocols, context, spec.protocol_source or None)

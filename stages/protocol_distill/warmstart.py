@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 
 import numpy as np
 
@@ -13,11 +14,11 @@ from paperworks.core.params import ParamsError, global_seed, load_section, read_
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
 from paperworks.protocol_distill import artifacts as A
-from paperworks.protocol_distill.demos import warm_start_examples
+from paperworks.protocol_distill.demos import split_heldout, warm_start_examples
 from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
 from paperworks.protocol_distill.params import Params
 from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
-from paperworks.protocol_distill.train import sft_batch
+from paperworks.protocol_distill.train import heldout_loss, sft_batch
 from paperworks.protocol_distill.world import MULTI_HOP_SETS
 
 log = logging.getLogger("paperworks.protocol_distill")
@@ -37,10 +38,22 @@ def main() -> None:
     seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "warmstart", args.size, args.seed)
     seed_everything(seed)
     ws = load_workspace(p.search.top_k)
-    prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, ws.pool("warm"), ws.protocols, p.teachers,
-                                                       p.warmstart.mix.model_dump(), seed, p.warmstart.question_dropout)
+    w = p.warmstart
+    # held-out warm-pool questions: their demonstrations (same mix, styled share and dropout) never
+    # reach training; their loss is the curve the convergence check reads. sum(mix) demonstrations per
+    # question are expected (2.5 in default): hold out 25 % more questions than that needs, keep the first n
+    n_held = math.ceil(1.25 * w.heldout_examples / max(sum(w.mix.model_dump().values()), 0.1))
+    train_qs, held_qs = split_heldout(ws.pool("warm"), min(len(ws.pool("warm")) - 1, n_held), seed)
+    demo = dict(teachers=p.teachers, mix=w.mix.model_dump(), question_dropout=w.question_dropout,
+                style_teachers=tuple(p.style_teachers), styled_share=w.styled_share)
+    prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, train_qs, ws.protocols, seed=seed, **demo)
+    h_prompts, h_completions, _ = warm_start_examples(ws.codec, ws.tool, held_qs, ws.protocols, seed=seed + 1, **demo)
+    if not h_prompts:
+        raise ParamsError("protocol_distill.warmstart.heldout_examples: the held-out questions gave no demonstration")
     cfg = getattr(p.models, args.size)
     data = sft_batch(ws.codec, prompts, completions, cfg.max_positions)
+    held = sft_batch(ws.codec, h_prompts[: w.heldout_examples], h_completions[: w.heldout_examples], cfg.max_positions)
+    counts["heldout"] = len(h_prompts[: w.heldout_examples])
     model = build_model(cfg, len(ws.codec), seed=seed)
     tics = tic_words(ws, p.teachers)
     r = p.rollout
@@ -48,16 +61,28 @@ def main() -> None:
     probe_student = branch_prompts(ws, probe_qs, "student")
     probe_priv = branch_prompts(ws, probe_qs, p.teachers[0])
 
+    steps = getattr(w.steps, args.size)
+    log_every = max(1, steps // 25)
+    probed = {"bucket": 0}
+
+    def evaluate(step: int) -> dict[str, float]:
+        # held-out loss at every log point (cheap: ≤ 128 examples, no rollouts); the probe's greedy
+        # episodes only when a multiple of eval_every was passed, and at the end
+        row = {"heldout_loss": heldout_loss(model, held)}
+        if step // w.eval_every > probed["bucket"] or step == steps:
+            probed["bucket"] = step // w.eval_every
+            row.update(probe(step))
+        return row
+
     def probe(step: int) -> dict[str, float]:
         # the privileged branch's own EM, logged throughout (it can drift and drag the student)
         s = evaluate_prompts(model, ws.codec, ws.tool, probe_qs, probe_student, tics, r.max_completion, r.max_searches, p.eval_batch_size)
         v = evaluate_prompts(model, ws.codec, ws.tool, probe_qs, probe_priv, tics, r.max_completion, r.max_searches, p.eval_batch_size)
         return {"probe_student_em": float(np.mean([x["em"] for x in s])), "probe_privileged_em": float(np.mean([x["em"] for x in v]))}
 
-    w = p.warmstart
-    history = train_sft(model, data, TrainConfig(steps=getattr(w.steps, args.size), batch_size=w.batch_size, lr=getattr(w.lr, args.size),
-                                                 warmup_steps=w.warmup_steps, eval_every=w.eval_every, log_every=max(1, getattr(w.steps, args.size) // 25)),
-                        seed=seed, live_dir=A.warm_live_dir(args.size, args.seed), eval_fn=probe,
+    history = train_sft(model, data, TrainConfig(steps=steps, batch_size=w.batch_size, lr=getattr(w.lr, args.size),
+                                                 warmup_steps=w.warmup_steps, eval_every=log_every, log_every=log_every),
+                        seed=seed, live_dir=A.warm_live_dir(args.size, args.seed), eval_fn=evaluate,
                         desc=f"warm {args.size}/{args.seed}")
     save_checkpoint(model, A.warm_model_path(args.size, args.seed), cfg, len(ws.codec))
     # before online training: how much does each privileged context help on the held-out questions?
@@ -75,6 +100,7 @@ def main() -> None:
         log.info("warm %s/%d %s: avg EM %.3f, multi-hop %.3f", args.size, args.seed, branch,
                  branches[branch]["em_by_set"]["avg"], branches[branch]["em_multi_hop"])
     write_json(A.warm_report_path(args.size, args.seed), {"demonstrations": counts, "final_loss": history[-1]["loss"],
+                                                          "final_heldout_loss": history[-1]["heldout_loss"],
                                                           "branches": branches, "tic_words": sorted(tics)})
 
 

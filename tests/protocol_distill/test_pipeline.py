@@ -47,6 +47,18 @@ def test_smoke_pipeline_through_dvc(smoke_repo):
     w0 = json.loads((smoke_repo / "data/protocol_distill/warm/tiny_0.json").read_text())
     w1 = json.loads((smoke_repo / "data/protocol_distill/warm/tiny_1.json").read_text())
     assert w0["final_loss"] != w1["final_loss"]   # one warm start per seed
+    # convergence is read on held-out losses, logged at every log point (enough points for the check)
+    from paperworks.core.claims import live_curve
+    for curve in ("live_warm_tiny_0", "live_online_tiny_trace_1"):
+        held = live_curve(smoke_repo / f"plots/protocol_distill/{curve}/plots/metrics/heldout_loss.tsv")
+        assert len(held) >= 10 and all(v > 0 for v in held), curve
+    assert w0["demonstrations"]["heldout"] > 0 and w0["final_heldout_loss"] > 0
+    assert w0["demonstrations"]["styled"] > 0       # the privileged branch is taught to read styled protocols
+    assert fit["heldout_traces"] > 0 and fit["trained_traces"] + fit["heldout_traces"] == fit["traces"]
+    # a claim whose arm is not in this profile's grid is absent, with the missing run and the reason
+    absent = {c["id"]: c for c in metrics["claims_not_in_grid"]}
+    assert absent["mapd_opus_styled_no_more_style_than_grpo_tiny"]["missing_runs"] == ["mapd_opus_styled"]
+    assert not set(absent) & set(claims)
     # rerun: everything is cached
     out = dvc(smoke_repo, "repro", "--glob", "protocol_distill_*").stdout
     assert "Running stage" not in out

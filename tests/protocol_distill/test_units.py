@@ -568,6 +568,9 @@ def _params(**overrides):
     from tests.conftest import REPO
 
     p = load_section("protocol_distill", Params, REPO / "params.yaml")
+    runs = overrides.pop("runs", None)
+    if runs is not None:  # independent of which runs the committed profile's grid holds
+        overrides["online"] = p.online.model_copy(update={"runs": runs})
     return p.model_copy(update=overrides)
 
 
@@ -592,7 +595,8 @@ def test_inverted_sizes_and_silent_styled_branch_fail_their_preconditions():
     from paperworks.core.claims import EvidenceParams
     from paperworks.protocol_distill.report import SIZE_ORDER_NAME, preconditions, privileged_gap_table, style_reach_name
 
-    p = _params(sizes=["tiny", "small"], seeds=[0, 1], teachers=["opus"], style_teachers=["opus"])
+    p = _params(sizes=["tiny", "small"], seeds=[0, 1], teachers=["opus"], style_teachers=["opus"],
+                runs=["grpo", "trace", "mapd_opus", "mapd_opus_styled"])
     n = 20
     warm = {("tiny", k): _warm_report([0.5] * n, [1.0] * n, tic_share=0.0) for k in (0, 1)}
     warm |= {("small", k): _warm_report([0.4] * n, [1.0] * n, tic_share=0.3) for k in (0, 1)}   # the larger is worse
@@ -603,6 +607,98 @@ def test_inverted_sizes_and_silent_styled_branch_fail_their_preconditions():
     assert not pre[SIZE_ORDER_NAME]["passed"]
     assert not pre[style_reach_name("opus_styled", "tiny")]["passed"] and pre[style_reach_name("opus_styled", "small")]["passed"]
     assert pre["warm start converged (tiny)"]["passed"] and pre["trace imitation's SFT converged (small)"]["passed"]
+    # tics the student branch writes as often (an under-trained model's frequent tokens) are not style
+    for k in (0, 1):
+        warm[("small", k)]["branches"]["student"]["tic_share"] = 0.3
+    pre2 = {r["name"]: r for r in preconditions(p, gap, warm, {s: [curve, curve] for s in p.sizes},
+                                                  {s: [curve, curve] for s in p.sizes}, EvidenceParams())}
+    assert not pre2[style_reach_name("opus_styled", "small")]["passed"]
     rising = [1.0 / (i + 1) for i in range(20)]
     pre = {r["name"]: r for r in preconditions(p, gap, warm, {s: [curve, rising] for s in p.sizes}, {}, EvidenceParams())}
     assert not pre["warm start converged (tiny)"]["passed"] and "seed 1" in pre["warm start converged (tiny)"]["detail"]
+
+
+# ---------------------------------------------------------------- held-out convergence curves, styled demonstrations
+def test_heldout_split_is_disjoint_seeded_and_keeps_order():
+    from paperworks.protocol_distill.demos import split_heldout
+
+    qs = [{"qid": f"q{i}"} for i in range(50)]
+    train, held = split_heldout(qs, 12, seed=3)
+    assert len(held) == 12 and len(train) == 38
+    assert not {q["qid"] for q in train} & {q["qid"] for q in held}
+    assert [q["qid"] for q in train + held] != [q["qid"] for q in qs]             # a draw, not the tail
+    assert sorted(train + held, key=lambda q: int(q["qid"][1:])) == qs
+    assert [int(q["qid"][1:]) for q in held] == sorted(int(q["qid"][1:]) for q in held)
+    assert split_heldout(qs, 12, seed=3) == (train, held)
+    assert split_heldout(qs, 12, seed=4)[1] != held
+    for bad in (0, 50):
+        with pytest.raises(ValueError):
+            split_heldout(qs, bad, seed=3)
+
+
+def test_heldout_loss_is_token_weighted_over_labelled_tokens_only():
+    from paperworks.core.lm import LMConfig, build_model
+    from paperworks.protocol_distill.train import IGNORE, heldout_loss
+
+    model = build_model(LMConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, max_positions=16), 12, seed=0)
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 12, (5, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, 4:] = 0                                   # a short, right-padded example
+    labels = ids.clone()
+    labels[:, :3] = IGNORE                            # the prompt
+    labels[0, 4:] = IGNORE
+    labels[1, 5] = IGNORE                             # a tool-inserted token
+    data = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits.float()
+    nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 12), labels[:, 1:].reshape(-1),
+                                            ignore_index=IGNORE, reduction="none").view(5, 8)
+    counted = labels[:, 1:] != IGNORE
+    expected = float(nll[counted].sum() / counted.sum())
+    per_example = float(torch.stack([nll[i][counted[i]].mean() for i in range(5)]).mean())
+    assert abs(expected - per_example) > 1e-4        # the example has unequal lengths, so the weighting matters
+    for bs in (1, 2, 64):                            # batching does not change the token-weighted mean
+        assert heldout_loss(model, data, batch_size=bs) == pytest.approx(expected, rel=1e-5)
+    assert model.training                             # restored after the eval-mode pass
+    changed = dict(data, input_ids=ids.clone())
+    changed["input_ids"][1, 6] = 4 if ids[1, 6] != 4 else 5    # a labelled token (the prediction of position 5 is masked)
+    assert heldout_loss(model, changed) != pytest.approx(expected, rel=1e-6)
+
+
+def test_styled_share_teaches_the_privileged_branch_to_copy_the_styled_plan_only(world):
+    from paperworks.protocol_distill.demos import valid_protocols, warm_start_examples
+    from paperworks.protocol_distill.episode import Codec, build_word_tokenizer
+
+    tool = SearchTool(world.docs)
+    qs = make_questions(world, SMALL, 7)
+    rows = run_teacher(world, tool, qs, TEACHERS["opus"], 0) + run_teacher(world, tool, qs, TEACHERS["opus"], 0, styled=True)
+    protocols = valid_protocols(rows)
+    questions = [vars(q) for q in qs]
+    texts = [*world.docs, *(q["text"] for q in questions), *(protocol_to_context(p) for p in protocols.values()),
+             "what is ?", "[ref] [/ref]"]
+    codec = Codec(build_word_tokenizer(texts))
+    tic = TEACHERS["opus"].query_tic
+    tic_id = codec.word_to_id[tic]
+    mix = {"plain": 1.0, "protocol": 1.0, "answer": 1.0}
+
+    def demos(share, style_teachers=("opus",)):
+        prompts, completions, counts = warm_start_examples(codec, tool, questions, protocols, ["opus"], mix, 0,
+                                                           style_teachers=style_teachers, styled_share=share)
+        with_tic = [tic in c.words for c in completions]
+        prompt_tic = [tic_id in p for p in prompts]
+        return counts, with_tic, prompt_tic
+
+    counts, with_tic, prompt_tic = demos(1.0)
+    assert counts["styled"] > 0 and sum(with_tic) == counts["styled"]
+    assert with_tic == prompt_tic                     # a tic is written exactly where a styled protocol is read
+    assert counts["styled"] <= counts["protocol"]     # never a plain or answer-conditioned demonstration
+    n_styled_ok = sum(1 for q in questions if protocols.get((q["qid"], "opus_styled"), {}).get("answer_verified")
+                      and protocols.get((q["qid"], "opus"), {}).get("answer_verified"))
+    assert counts["styled"] == n_styled_ok           # share 1: every protocol demo with a verified styled variant
+    for share, teachers in ((0.0, ("opus",)), (1.0, ())):
+        counts, with_tic, prompt_tic = demos(share, teachers)
+        assert counts["styled"] == 0 and not any(with_tic) and not any(prompt_tic)
+    counts, with_tic, _ = demos(0.5)
+    assert 0 < counts["styled"] < n_styled_ok
