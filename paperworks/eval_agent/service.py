@@ -149,6 +149,45 @@ def ask(text: str, model: str | None = None, root: Path | str = ".", reader: Lit
         os.chdir(here)
 
 
+def make_server(root: Path | str = ".", host: str = "127.0.0.1", port: int = 8765):
+    """A stdlib HTTP server (one request at a time): ``GET /ask?q=<query>[&model=A0][&reader=renderer]`` → the answer as
+    JSON (200), or ``{"error": …}`` with 400 for a query it cannot answer (unparseable, unknown model, missing artifact)."""
+    import json
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    from paperworks.core.io import ArtifactError
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, body: dict) -> None:
+            data = json.dumps(body, default=float).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            url = urlparse(self.path)
+            if url.path != "/ask":
+                return self._send(404, {"error": f"unknown path {url.path!r}; use /ask?q=<query>"})
+            args = {k: v[-1] for k, v in parse_qs(url.query).items()}
+            if not args.get("q"):
+                return self._send(400, {"error": "missing query parameter q"})
+            reader = args.get("reader", "tools")
+            if reader not in ("tools", "renderer"):
+                return self._send(400, {"error": f"reader must be tools or renderer, not {reader!r}"})
+            try:
+                self._send(200, ask(args["q"], args.get("model"), root, reader))
+            except (ValueError, ArtifactError) as e:
+                self._send(400, {"error": str(e)})
+
+        def log_message(self, *a) -> None:  # keep stderr quiet
+            pass
+
+    return HTTPServer((host, port), Handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
@@ -156,11 +195,22 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m paperworks.eval_agent.service",
                                  description="Ask the evaluation agent about one generator of the zoo (after the pipeline ran).")
-    ap.add_argument("query", help="e.g. 'how well does A0 count triangles?'")
+    ap.add_argument("query", nargs="?", help="e.g. 'how well does A0 count triangles?'")
+    ap.add_argument("--serve", type=int, metavar="PORT", help="serve GET /ask?q=… on 127.0.0.1:PORT instead of answering once")
     ap.add_argument("--model", help="the generator, if the query does not name it")
     ap.add_argument("--root", default=".", help="repository root (params.yaml, data/eval_agent, models/eval_agent)")
     ap.add_argument("--reader", choices=("tools", "renderer"), default="tools")
     a = ap.parse_args(argv)
+    if a.serve is not None:
+        server = make_server(a.root, port=a.serve)
+        print(f"serving on http://127.0.0.1:{server.server_port}/ask?q=…", file=sys.stderr)
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        return 0
+    if not a.query:
+        ap.error("a query is needed (or --serve PORT)")
     from paperworks.core.io import ArtifactError
 
     try:
