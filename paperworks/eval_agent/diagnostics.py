@@ -47,7 +47,7 @@ def calibration_claim_specs(p: Params) -> list[ClaimSpec]:
     return [ClaimSpec("calibration_stated_level", f"when the agent stops with its interval inside one level it states that level at "
                       f"confidence {c:g}; the stated level is the full benchmark's at least that often (margin {CALIBRATION_MARGIN:g}; "
                       f"the stated arm is the constant {c:g})", "calibration_stated", "share of stated levels = truth level",
-                      "observed", "stated", kind="non_inferiority", margin=CALIBRATION_MARGIN, unit="session stopped inside one level",
+                      "observed", "stated", kind="non_inferiority", margin=CALIBRATION_MARGIN, unit="stated-level session",
                       cluster="model", preconditions=(TOOLS_OK, TOOLS_CONVERGED, TOOLS_LEARNED))]
 
 

@@ -186,7 +186,7 @@ def open_units(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
 def open_claim_specs(p: Params) -> list[ClaimSpec]:
     m = p.claims.within_one_margin
     n = len(open_queries(p.zoo.dims))
-    common = dict(unit="session (query × repeat)", cluster="model", preconditions=TOOLS_PRE)
+    common = dict(unit="query session", cluster="model", preconditions=TOOLS_PRE)
     return [
         ClaimSpec("open_query_vs_full_benchmark", f"open-ended queries ({n} colour/shape slices): the agent places a model within "
                   f"one of the slice's five levels as often as a full rerun of the slice (margin {m:g})", "open_within_one",
