@@ -1,10 +1,13 @@
-"""``evaluate(generator, dim, …)``: one live agent session — the user-facing call.
+"""The user-facing calls: one live agent session on a dimension or a slice of it, a question in words, a CLI, HTTP.
 
-The agent of :mod:`paperworks.eval_agent.agent` reads verdicts from a pool; here the pool is the
-dimension's prompt file × samples, and a verdict is computed only when the agent asks for it
-(draw the sample, read it with the tools or, for attribution, with the renderer's truth). The
-answer holds the level, the estimate and interval, the samples and CPU seconds spent, the
-weakest sub-aspect and the failing prompts as evidence.
+- ``evaluate(generator, dim, …)`` / ``evaluate_slice(generator, query, …)``: the agent of
+  :mod:`paperworks.eval_agent.agent` reads verdicts from a pool; here the pool is the slice's prompts × samples,
+  and a verdict is computed only when the agent asks for it (draw the sample, read it with the tools or, for
+  attribution, with the renderer's truth). The answer holds the level, the estimate and interval, the evidence
+  (failing samples and what was read in them) and the cost (samples drawn, CPU and wall seconds).
+- ``ask(text, model, root)``: parse a question (``queries.parse_query``), take the slice's levels from the
+  benchmark's population, load the fitted tools and answer; ``python -m paperworks.eval_agent.service "…"``.
+- ``make_server(root, port)``: the same over stdlib HTTP (``GET /ask?q=…``), ``--serve PORT`` on the CLI.
 """
 from __future__ import annotations
 
@@ -133,6 +136,8 @@ def ask(text: str, model: str | None = None, root: Path | str = ".", reader: Lit
             raise ValueError(f"query {text!r}: name a model ({', '.join(sorted(gens))})")
         if name not in gens:
             raise ValueError(f"unknown model {name!r}; the zoo's models: {', '.join(sorted(gens))}")
+        if not any(q.matches(b) for b in prompts):
+            raise ValueError(f"query {text!r}: no prompt of this profile's {q.dim} file is in the slice {q.key!r}")
         edges = slice_edges(slice_rows(read_outcomes(BENCH), prompts, q))
         tool_model = None
         if reader == "tools":
