@@ -7,8 +7,8 @@ from paperworks.core.claims import claim_summary, evaluate_claims, evidence_bloc
 from paperworks.core.io import atomic_path, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
-from paperworks.eval_agent import report
-from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts
+from paperworks.eval_agent import diagnostics, queries, report
+from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts, read_zoo
 from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
 from paperworks.eval_agent.params import Params
 
@@ -32,15 +32,25 @@ def main() -> None:
     planner = report.planner_sessions(sessions, rollouts)
     examples = report.attach_planner(examples, rollouts, actions["invalid_log"])
     units.update(report.planner_units(planner))
+    _, prompts = read_zoo()
+    open_df, open_info = queries.open_sessions(outcomes, prompts, p, seed)
+    if len(open_df):
+        units.update(queries.open_units(open_df))
+    units.update(diagnostics.calibration_units(sessions, p.agent.confidence))
+    oracle = diagnostics.oracle_levels(outcomes, sessions, edges, p, seed)
+    attribution = diagnostics.attribution(sessions, oracle, rollouts)
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
     pre += report.planner_preconditions(planner, live_curve(report.PLANNER_CURVE), p, ev)
-    claims = evaluate_claims(report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
+    claims = evaluate_claims(report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p)
+                             + queries.open_claim_specs(p) + diagnostics.calibration_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
     write_unit_tables("eval_agent", units)
     frame = report.plot_frame(sessions)
     write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
     with atomic_path(PLOTS / "agreement.png") as tmp:
         report.plot_agreement(frame, tmp)
     write_json(PLOTS / "example_sessions.json", {"sessions": examples})
+    open_summary = queries.open_summary(open_df, open_info)
+    write_json(PLOTS / "open_queries.json", {"queries": open_summary["queries"], "per_query": open_summary.get("per_query", {})})
     write_json(METRICS, {
         "profile": raw.get("profile"),
         "claims": claims,
@@ -48,6 +58,9 @@ def main() -> None:
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(sessions, p),
         "modes": modes,
+        "open_queries": {k: v for k, v in open_summary.items() if k not in ("queries", "per_query")},
+        "calibration": diagnostics.calibration_extra(sessions, p.agent.confidence),
+        "attribution": attribution,
         "planner": {**report.planner_summary(planner), "records": actions["records"], "refusals": actions["refusals"]},
         "levels": edges,
         "tool_accuracy": tools["per_family"],

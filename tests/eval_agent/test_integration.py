@@ -67,6 +67,25 @@ def test_smoke_pipeline(smoke_repo):
     assert valid["passed"] == (valid["value"] >= 0.9)  # 30 smoke steps: the planner rarely emits a valid action
     if not valid["passed"]:
         assert claims["planner_vs_scripted"]["verdict"].startswith("not tested")
+    # open-ended queries, the calibration claim and the error attribution (exploratory)
+    assert {"open_query_vs_full_benchmark", "open_query_vs_random_subset", "calibration_stated_level"} <= set(claims)
+    assert all(claims[c]["role"] == "exploratory" for c in ("open_query_vs_full_benchmark", "calibration_stated_level"))
+    record = json.loads((smoke_repo / "plots/eval_agent/open_queries.json").read_text())
+    asked = [(k, q) for k, q in record["queries"].items() if q["prompts"] > 0]
+    assert len(record["queries"]) == 14 and asked
+    ou = pd.read_csv(smoke_repo / "metrics/units/eval_agent/open_within_one.csv")
+    assert set(ou["arm"]) == {"agent", "random_subset", "full_rerun"} and ou["cluster"].nunique() == 4
+    assert ou.groupby("arm").size().unique().tolist() == [4 * len(asked) * 2]  # models × answered queries × repeats
+    at = metrics["attribution"]
+    for role, n in (("in_family", 40), ("held_out", 10)):
+        assert at[role]["sessions"] == n and sum(at[role]["scripted"].values()) == n and sum(at[role]["trained"].values()) == n
+    assert "Open-ended queries" in measured and "Errors (level" in measured and "Stated confidence" in measured
+    # the callable: a question in words, answered by a live session on freshly drawn samples
+    key, q = asked[-1]
+    out = run([sys.executable, "-m", "paperworks.eval_agent.service", q["query"], "--model", "A0"], cwd=smoke_repo).stdout
+    ans = json.loads(out)
+    assert ans["model"] == "A0" and ans["slice"] == key and ans["edges"] == q["edges"] and ans["level"] in ("Very Low", "Low", "Medium", "High", "Very High")
+    assert 0 < ans["cost"]["samples"] <= ans["cost"]["slice_samples"] and ans["failing_total"] >= len(ans["evidence"])
     img = Image.open(smoke_repo / "plots/eval_agent/agreement.png")
     assert img.format == "PNG" and img.size[0] > 300
     out = dvc(smoke_repo, "repro", "--glob", "eval_agent_*").stdout  # a second repro has nothing to do

@@ -110,3 +110,29 @@ def test_measured_block_renders_the_metrics():
     text = page.inject_between("a\n" + page.MEASURED_START + "\nold\n" + page.MEASURED_END + "\n", block,
                                page.MEASURED_START, page.MEASURED_END)
     assert "old" not in text and "17.2%" in text
+
+
+def test_measured_block_renders_open_queries_calibration_claim_and_attribution():
+    row = {"exact": 0.5, "within_one": 0.9, "abs_error": 0.08, "samples": 20.0}
+    m = {"profile": "smoke", "summary": {"agent_stops": {}, "tool_level_shift": {}},
+         "open_queries": {"in_family/agent": row, "in_family/full_rerun": {**row, "samples": 110.0},
+                          "evidence_in_family": {"failing_shown": 40, "renderer_also_fails": 38, "precision": 0.95},
+                          "evidence_held_out": {"failing_shown": 0, "renderer_also_fails": 0, "precision": None}},
+         "calibration": {"stated_confidence": 0.9, "margin": 0.1,
+                         "in_family": {"stated": 12, "level_is_truth": 0.75, "level_is_pool_level": 0.9167},
+                         "held_out": {"stated": 0, "level_is_truth": None, "level_is_pool_level": None}},
+         "attribution": {"in_family": {"sessions": 10, "scripted": {"right": 7, "tools": 1, "sampling and stopping": 2},
+                                       "trained": {"right": 6, "trained planner": 2, "tools": 1, "sampling and stopping": 1}},
+                         "held_out": {"sessions": 4, "scripted": {"right": 1, "tools": 3, "sampling and stopping": 0}}}}
+    record = {"queries": {"colour:red": {"query": "How well does it keep red?", "prompts": 22, "samples": 110,
+                                         "edges": [0.0, 0.3, 0.4, 0.5, 0.6, 1.0]},
+                          "count:cross": {"query": "How well does it count crosses?", "prompts": 0, "skipped": "no prompt"}},
+              "per_query": {"colour:red": {"agent_exact": 0.6, "agent_within_one": 1.0, "samples": 52.5}}}
+    block = page.measured_block(m, record)
+    assert "| in_family/full_rerun | 0.500 | 0.900 | 0.080 | 110.0 |" in block
+    assert "in_family 38 of 40 (0.950)" in block and "held_out 0 of" not in block
+    assert "| How well does it keep red? | colour:red | 22 | 110 | 0.30 · 0.40 · 0.50 · 0.60 | 0.600 | 1.000 | 52.5 |" in block
+    assert "| How well does it count crosses? | count:cross | 0 |" in block
+    assert "at least 0.8 of the time" in block and "| in_family | 12 | 0.750 | 0.917 |" in block
+    assert "| in_family | trained | 10 | 6 | 2 | 1 | 1 |" in block and "| held_out | scripted | 4 | 1 | – | 3 | 0 |" in block
+    assert "| held_out | trained |" not in block
