@@ -165,7 +165,7 @@ def main() -> None:
                                      for src in runs[seeds[0]]["twin_pairs"][split]} for split in ("val", "test")},
         "data_card": {k: corpus_card[k] for k in ("share_single_edits_outside_cloze_slots", "single_edits_by_attribute",
                                                    "multi_attribute_distractors", "blind_attributes",
-                                                   "share_distractors_outside_cloze_slots", "share_queries_coarse",
+                                                   "share_distractors_outside_cloze_slots", "share_queries_coarse", "coarse_target_share_declared",
                                                    "blind_twin_share_declared", "share_queries_with_blind_twin",
                                                    "train_blind_twin_share", "share_train_families_with_blind_twin")},
         "queries_missing_facet": facet_report["queries_missing_facet"],
