@@ -23,6 +23,13 @@ changed. On such a query the cloze expert and the facet verifier see two identic
 so their order of target and twin is noise, while stage 1 can tell them apart: the queries where
 reranking can turn a confident, correct stage-1 answer wrong (the consensus gate's reason to exist).
 The same share of sim training families carries a blind twin, so the encoders learn the landmark.
+
+*Coarse targets* (``data.coarse_target_share``, drawn among the targets without a blind twin): for that
+share of the targets every distractor differs from the target only outside every cloze slot — all its
+single edits of scene, light and weather, then pairs of them, up to the PAB quota. The cloze expert sees target and distractors as the
+same person (every slot agrees), so its order there is noise, while stage 1 reads the conditions as
+global image properties (colour grade, veil, flakes) through the full, structured and scene views: the
+queries where stage 1 can be confidently right and reranking can only lose.
 """
 from __future__ import annotations
 
@@ -46,6 +53,9 @@ LANDMARKS = ("lamp_post", "traffic_sign", "tree")
 # Attributes that only the full caption mentions: no facet, no cloze slot, no verifier checker reads them.
 BLIND_ATTRS = ("landmark",)
 ATTRS = (*PERSON_ATTRS, *CONDITIONS, *BLIND_ATTRS)
+# The attributes outside every cloze slot that stage 1 reads as global image properties (the landmark,
+# also outside, is left to the blind twins): a coarse target's distractors differ from it only in these.
+OUTSIDE_CLOZE = tuple(a for a in ATTRS if a not in CLOZE_SLOTS and a not in BLIND_ATTRS)
 ATTR_VALUES = {"upper": COLOURS, "lower": COLOURS, "headwear": HEADWEAR, "bag": BAGS,
                "action": ACTIONS, "object": OBJECTS, "scene": SCENES, "light": LIGHTS, "weather": WEATHERS,
                "landmark": LANDMARKS}
@@ -140,6 +150,8 @@ class CorpusConfig:
     # share of sim training families with a blind twin; None: ``blind_twin_share``. Above it, the
     # encoders see the landmark contrast in more batches (only training data: the test world is unchanged)
     train_blind_twin_share: float | None = None
+    # share of targets whose distractors all differ from them only outside every cloze slot (gallery only)
+    coarse_target_share: float = 0.0
 
 
 def random_spec(rng: np.random.Generator) -> ItemSpec:
@@ -188,6 +200,20 @@ def blind_twin(spec: ItemSpec, rng: np.random.Generator, taken: set[ItemSpec]) -
     return options[int(rng.integers(len(options)))] if options else None
 
 
+def outside_edits(spec: ItemSpec, n: int, rng: np.random.Generator, taken: set[ItemSpec]) -> list[ItemSpec]:
+    """Up to ``n`` unused specs that differ from ``spec`` only outside every cloze slot (``OUTSIDE_CLOZE``):
+    all its single edits there first (in random order), then pairs of them (two attributes changed)."""
+    base = spec.as_dict()
+    singles = [s for a, s in single_edits(spec) if a in OUTSIDE_CLOZE and s not in taken]
+    pairs = [ItemSpec.from_dict(dict(base, **{a: va, b: vb}))
+             for i, a in enumerate(OUTSIDE_CLOZE) for b in OUTSIDE_CLOZE[i + 1:]
+             for va in ATTR_VALUES[a] if va != base[a] for vb in ATTR_VALUES[b] if vb != base[b]]
+    pairs = [s for s in pairs if s not in taken]
+    out = [singles[i] for i in rng.permutation(len(singles))]
+    out += [pairs[i] for i in rng.permutation(len(pairs))]
+    return out[:n]
+
+
 def planted(n: int, share: float, rng: np.random.Generator) -> set[int]:
     """Exactly round(share · n) of range(n), drawn at random: the ones that get a blind twin."""
     return set(rng.permutation(n)[: int(round(share * n))].tolist())
@@ -217,9 +243,11 @@ def build_families(n_families: int, family_size: int, rng: np.random.Generator,
 
 def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Generator,
                   edit_weights: dict[str, float] | None = None,
-                  blind_twin_share: float = 0.0) -> list[tuple[int, bool, ItemSpec]]:
+                  blind_twin_share: float = 0.0, coarse_target_share: float = 0.0) -> list[tuple[int, bool, ItemSpec]]:
     """(family = target index, is_target, spec) for targets and their hard distractors (PAB proportion);
-    ``blind_twin_share`` of the targets (those with at least one distractor) get their blind twin as one of them."""
+    ``blind_twin_share`` of the targets (those with at least one distractor) get their blind twin as one of them;
+    ``coarse_target_share`` of the targets, drawn among those without a twin, get only distractors that
+    agree with them in every cloze slot (:func:`outside_edits`)."""
     n_distractors = int(round(n_targets * distractor_ratio))
     # Spread the distractors evenly over targets (some get one more) to hit the exact proportion.
     per_target = np.full(n_targets, n_distractors // n_targets)
@@ -233,12 +261,21 @@ def build_gallery(n_targets: int, distractor_ratio: float, rng: np.random.Genera
             targets.append(s)
     rows = [(t, True, s) for t, s in enumerate(targets)]
     with_twin = planted(n_targets, blind_twin_share, rng)
+    coarse: set[int] = set()
+    if coarse_target_share > 0:  # drawn among the targets without a twin (0: the random stream as before)
+        rest = np.array(sorted(set(range(n_targets)) - with_twin), dtype=np.int64)
+        k = int(round(coarse_target_share * n_targets))
+        if k > len(rest):
+            raise ValueError(f"coarse_target_share {coarse_target_share} + blind_twin_share {blind_twin_share} exceed 1")
+        coarse = set(rng.permutation(rest)[:k].tolist())
     for t, s in enumerate(targets):
         twin = blind_twin(s, rng, taken) if t in with_twin and per_target[t] > 0 else None
         if twin is not None:
             taken.add(twin)
         variants = [twin] if twin is not None else []
-        variants += hard_variants(s, int(per_target[t]) - len(variants), rng, taken, edit_weights)
+        if t in coarse:
+            variants += outside_edits(s, int(per_target[t]) - len(variants), rng, taken | set(variants))
+        variants += hard_variants(s, int(per_target[t]) - len(variants), rng, taken | set(variants), edit_weights)
         while len(variants) < per_target[t]:  # neighbourhood used up: a random unused spec sharing the scene
             extra = random_spec(rng)
             extra = ItemSpec.from_dict(dict(extra.as_dict(), scene=s.person.scene))
@@ -272,8 +309,13 @@ def edit_shares(gallery: pd.DataFrame) -> dict[str, object]:
             n_multi += 1
     n = max(len(distractors), 1)
     twins = blind_twin_targets(gallery)
+    tgt = targets.loc[distractors["family"], list(CLOZE_SLOTS)].to_numpy()
+    outside_only = (distractors[list(CLOZE_SLOTS)].to_numpy() == tgt).all(1)
     return {"single_edits_by_attribute": counts, "multi_attribute_distractors": n_multi,
             "share_single_edits_outside_cloze_slots": round(n_outside / n, 4),
+            # every distractor (single or multi-attribute edit) that agrees with its target in every cloze slot
+            "share_distractors_outside_cloze_slots": round(float(outside_only.mean()) if len(distractors) else 0.0, 4),
+            "share_queries_coarse": round(len(coarse_targets(gallery)) / max(len(targets), 1), 4),
             "cloze_slots": list(CLOZE_SLOTS), "blind_attributes": list(BLIND_ATTRS),
             # queries whose target has a distractor differing only in what no expert reads (the landmark)
             "share_queries_with_blind_twin": round(len(twins) / max(len(targets), 1), 4)}
@@ -294,6 +336,17 @@ def train_twin_share(train: pd.DataFrame) -> float:
     seen = [a for a in ATTRS if a not in BLIND_ATTRS]
     fams = [(grp[seen].iloc[1:] == grp[seen].iloc[0]).all(axis=1).any() for _, grp in train.groupby("family", sort=False)]
     return round(float(np.mean(fams)), 4) if fams else 0.0
+
+
+def coarse_targets(gallery: pd.DataFrame) -> set[int]:
+    """Families (= queries' targets) whose every distractor agrees with the target in every cloze slot."""
+    targets = gallery[gallery["is_target"]].set_index("family")[list(CLOZE_SLOTS)]
+    distractors = gallery[~gallery["is_target"]]
+    if distractors.empty:
+        return set()
+    same = (distractors[list(CLOZE_SLOTS)].to_numpy() == targets.loc[distractors["family"]].to_numpy()).all(1)
+    per_family = pd.Series(same).groupby(distractors["family"].to_numpy()).all()
+    return set(per_family.index[per_family.to_numpy()].tolist())
 
 
 def blind_twin_targets(gallery: pd.DataFrame) -> set[int]:
@@ -324,7 +377,8 @@ def make_corpus(cfg: CorpusConfig, seed: int) -> dict[str, object]:
     train_seeds = [int(x) for x in rng.integers(0, 2**31 - 1, len(train_specs))]
     train_df = items_frame(train_specs, train_family, [False] * len(train_specs), train_caps, train_seeds)
     # --- real-domain gallery and queries ---
-    rows = build_gallery(cfg.n_targets, cfg.distractor_ratio, rng, cfg.edit_weights, cfg.blind_twin_share)
+    rows = build_gallery(cfg.n_targets, cfg.distractor_ratio, rng, cfg.edit_weights, cfg.blind_twin_share,
+                         cfg.coarse_target_share)
     order = rng.permutation(len(rows))  # shuffle so targets are not the first items
     rows = [rows[i] for i in order]
     g_specs = [s for _, _, s in rows]

@@ -85,14 +85,17 @@ def best_on_validation(candidates: list[str], val_map: dict[str, float]) -> str:
 
 
 def rerank_flips(stage1_correct: np.ndarray, new_top1_correct: dict[str, np.ndarray], in_pool: np.ndarray,
-                 kept: np.ndarray, top_quartile: np.ndarray, blind_twin: np.ndarray) -> dict[str, dict]:
+                 kept: np.ndarray, top_quartile: np.ndarray, blind_twin: np.ndarray,
+                 coarse: np.ndarray | None = None) -> dict[str, dict]:
     """Per source, how often reranking the pool changes a correct stage-1 top-1 into a wrong one
     (and, the other way, fixes a wrong one whose target is in the pool). ``kept``: queries the gate
     judged confident; their flips are the harm the gate exists to prevent. ``top_quartile``: queries
     whose stage-1 confidence is in the top quarter of the validation queries' (whatever the gate
     decided): flips there against fixes there say whether confident stage-1 answers are worth keeping.
     ``blind_twin``: queries whose target has a distractor differing only in what no expert reads
-    (``data.BLIND_ATTRS``); flips there are the world's planted case of experts misled."""
+    (``data.BLIND_ATTRS``); flips there are the world's planted case of experts misled. ``coarse``: queries
+    whose distractors all agree with the target in every cloze slot (``data.coarse_targets``)."""
+    coarse = np.zeros_like(stage1_correct) if coarse is None else coarse
     out = {}
     for source, right in new_top1_correct.items():
         flipped = stage1_correct & ~right
@@ -108,7 +111,12 @@ def rerank_flips(stage1_correct: np.ndarray, new_top1_correct: dict[str, np.ndar
                        "top_quartile_fixed": int((fixed & top_quartile).sum()),
                        "blind_twin_queries": int(blind_twin.sum()),
                        "blind_twin_stage1_correct": int((stage1_correct & blind_twin).sum()),
-                       "blind_twin_flipped": int((flipped & blind_twin).sum())}
+                       "blind_twin_flipped": int((flipped & blind_twin).sum()),
+                       "coarse_queries": int(coarse.sum()),
+                       "coarse_stage1_correct": int((stage1_correct & coarse).sum()),
+                       "coarse_confident_and_correct": int((stage1_correct & coarse & kept).sum()),
+                       "coarse_flipped": int((flipped & coarse).sum()),
+                       "coarse_fixed": int((fixed & coarse).sum())}
     return out
 
 

@@ -30,11 +30,17 @@ class DataParams(StrictModel):
     blind_twin_share: float = Field(ge=0, le=1)
     # share of sim training families with a blind twin (null: blind_twin_share); training data only
     train_blind_twin_share: float | None = Field(None, ge=0, le=1)
+    # share of targets (drawn among those without a blind twin) whose distractors all agree with them in
+    # every cloze slot and differ only in scene, light and weather (single edits, then pairs): queries
+    # the cloze expert cannot tell apart and stage 1 reads as global image properties (gallery only)
+    coarse_target_share: float = Field(0.0, ge=0, le=1)
 
     @model_validator(mode="after")
     def _weights(self):
         if any(w < 0 for w in self.edit_weights.values()) or sum(self.edit_weights.values()) <= 0:
             raise ValueError("edit_weights must be ≥ 0 with a positive sum")
+        if self.coarse_target_share + self.blind_twin_share > 1:
+            raise ValueError("coarse_target_share + blind_twin_share must be ≤ 1 (coarse targets have no blind twin)")
         return self
 
 

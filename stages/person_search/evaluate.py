@@ -15,7 +15,7 @@ from paperworks.person_search import evaluate as ps_eval
 from paperworks.person_search.artifacts import (
     CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, live_curve_path, read_images, read_items, read_queries, run_dir,
 )
-from paperworks.person_search.data import blind_twins
+from paperworks.person_search.data import blind_twins, coarse_targets
 from paperworks.person_search.consensus import confidence, fit_consensus, softmax
 from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
 from paperworks.person_search.experts import EXPERTS
@@ -31,7 +31,7 @@ def reorder(pool: np.ndarray, order: np.ndarray) -> np.ndarray:
     return np.take_along_axis(pool, order, axis=1)
 
 
-def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, twins: np.ndarray) -> dict:
+def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, twins: np.ndarray, coarse: np.ndarray) -> dict:
     """One training run: consensus fitted on its validation queries, every method's top-10, flips."""
     fusion_file, rerank_file = run_dir(FUSION, seed) / "rankings.safetensors", run_dir(RERANK, seed) / "expert_scores.safetensors"
     ranks = {k: v.numpy() for k, v in load_safetensors(fusion_file).items()}
@@ -63,7 +63,7 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, 
     top_quartile = conf >= np.quantile(conf[is_val], 0.75)
     blind_twin = twins >= 0
     flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
-                                         target_pos[mask] >= 0, kept[mask], top_quartile[mask], blind_twin[mask])
+                                         target_pos[mask] >= 0, kept[mask], top_quartile[mask], blind_twin[mask], coarse[mask])
              for split, mask in (("val", is_val), ("test", ~is_val))}
     twin_pairs = {split: ps_eval.twin_order({k: v[mask] for k, v in scores.items()}, pool[mask], targets[mask], twins[mask])
                   for split, mask in (("val", is_val), ("test", ~is_val))}
@@ -87,7 +87,10 @@ def main() -> None:
     twin_of = blind_twins(gallery)
     twins = np.array([twin_of.get(int(f), -1) for f in gallery["family"].to_numpy()[targets]], dtype=np.int64)
     seeds = list(p.seeds)
-    runs = {s: evaluate_run(s, p, targets, is_val, twins) for s in seeds}
+    # queries whose distractors all agree with the target in every cloze slot (data.coarse_target_share)
+    coarse_fams = coarse_targets(gallery)
+    coarse = np.isin(gallery["family"].to_numpy()[targets], sorted(coarse_fams))
+    runs = {s: evaluate_run(s, p, targets, is_val, twins, coarse) for s in seeds}
     method_names = sorted(runs[seeds[0]]["per_q"])
 
     rows = []
@@ -162,6 +165,7 @@ def main() -> None:
                                      for src in runs[seeds[0]]["twin_pairs"][split]} for split in ("val", "test")},
         "data_card": {k: corpus_card[k] for k in ("share_single_edits_outside_cloze_slots", "single_edits_by_attribute",
                                                    "multi_attribute_distractors", "blind_attributes",
+                                                   "share_distractors_outside_cloze_slots", "share_queries_coarse", "coarse_target_share_declared",
                                                    "blind_twin_share_declared", "share_queries_with_blind_twin",
                                                    "train_blind_twin_share", "share_train_families_with_blind_twin")},
         "queries_missing_facet": facet_report["queries_missing_facet"],

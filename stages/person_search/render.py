@@ -19,7 +19,7 @@ def main() -> None:
     seed = derive_seed(global_seed(read_params_file()), "person_search", "render")
     cfg = CorpusConfig(d.n_train_families, d.family_size, d.n_targets, d.distractor_ratio, d.val_fraction,
                        d.drop_scene_prob, d.width, d.height, dict(d.edit_weights), d.blind_twin_share,
-                       d.train_blind_twin_share)
+                       d.train_blind_twin_share, d.coarse_target_share)
     corpus = make_corpus(cfg, seed)
     write_parquet(CORPUS / "train.parquet", corpus["train"], ITEM_SCHEMA)
     write_parquet(CORPUS / "gallery.parquet", corpus["gallery"], ITEM_SCHEMA)
@@ -32,6 +32,7 @@ def main() -> None:
         "n_distractors": int((~g["is_target"]).sum()), "n_queries": len(corpus["queries"]),
         "n_val_queries": int((corpus["queries"]["split"] == "val").sum()),
         "edit_weights": dict(d.edit_weights), "blind_twin_share_declared": d.blind_twin_share,
+        "coarse_target_share_declared": d.coarse_target_share,
         "train_blind_twin_share": d.blind_twin_share if d.train_blind_twin_share is None else d.train_blind_twin_share,
         "share_train_families_with_blind_twin": train_twin_share(corpus["train"]), **edit_shares(g),
     })

@@ -136,3 +136,40 @@ def test_blind_twins_are_planted_as_declared_and_invisible_to_every_expert():
     assert train_twin_share(c["train"]) == 0.25
     every = make_corpus(CorpusConfig(**dict(cfg.__dict__, train_blind_twin_share=1.0)), seed=11)
     assert train_twin_share(every["train"]) == 1.0 and len(blind_twin_targets(every["gallery"])) == 10
+
+
+def test_coarse_targets_have_only_distractors_outside_the_cloze_slots():
+    """``coarse_target_share`` of the targets (none with a blind twin) get distractors that agree with them
+    in every cloze slot and differ in scene/light/weather only; the other targets keep the weighted edits."""
+    from paperworks.person_search.data import (
+        CLOZE_SLOTS, EDIT_WEIGHTS, blind_twin_targets, coarse_targets, edit_shares,
+    )
+    from paperworks.person_search.text import CLOZE_SLOTS as SLOTS
+
+    assert CLOZE_SLOTS == SLOTS
+    cfg = CorpusConfig(n_train_families=2, family_size=3, n_targets=40, distractor_ratio=34795 / 1978,
+                       val_fraction=0.3, drop_scene_prob=0.0, width=16, height=16, edit_weights=EDIT_WEIGHTS,
+                       blind_twin_share=0.5, coarse_target_share=0.3)
+    g = make_corpus(cfg, seed=5)["gallery"]
+    coarse, twins = coarse_targets(g), blind_twin_targets(g)
+    assert len(coarse) == 12 and not coarse & twins and len(twins) == 20
+    tuples = g[list(ATTRS)].astype(str).agg("|".join, axis=1)
+    assert tuples.is_unique and (~g["is_target"]).sum() == round(40 * 34795 / 1978)
+    for fam, grp in g.groupby("family"):
+        tgt = grp[grp["is_target"]].iloc[0]
+        d = grp[~grp["is_target"]]
+        if fam in coarse:
+            assert (d[list(CLOZE_SLOTS)] == tgt[list(CLOZE_SLOTS)]).all().all()
+            assert (d["landmark"] == tgt["landmark"]).all()  # no twin: the landmark is left to the blind twins
+            changed = (d[["scene", "light", "weather"]] != tgt[["scene", "light", "weather"]]).sum(axis=1)
+            assert changed.between(1, 2).all() and (changed == 1).sum() == min(9, len(d))
+        else:  # every non-coarse target has at least one distractor that changes a cloze slot
+            assert not (d[list(CLOZE_SLOTS)] == tgt[list(CLOZE_SLOTS)]).all(1).all()
+    card = edit_shares(g)
+    assert card["share_queries_coarse"] == 0.3
+    assert card["share_distractors_outside_cloze_slots"] >= 0.5 > card["share_single_edits_outside_cloze_slots"] - 0.1
+    # share 0: no coarse target, and the gallery is the one drawn before the option existed
+    g0 = make_corpus(CorpusConfig(**dict(cfg.__dict__, coarse_target_share=0.0)), seed=5)["gallery"]
+    assert not coarse_targets(g0)
+    with pytest.raises(ValueError, match="exceed 1"):
+        make_corpus(CorpusConfig(**dict(cfg.__dict__, coarse_target_share=0.6)), seed=5)

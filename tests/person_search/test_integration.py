@@ -37,6 +37,11 @@ def test_smoke_pipeline(smoke_repo):
     assert card["share_queries_with_blind_twin"] == round(round(card["blind_twin_share_declared"] * n_queries) / n_queries, 4)
     n_twin = sum(metrics["rerank_flips"][split]["gated"]["blind_twin_queries"] for split in ("val", "test"))
     assert n_twin == round(card["blind_twin_share_declared"] * n_queries) * len(metrics["seeds"])  # summed over runs
+    # the coarse targets (distractors agree with the target in every cloze slot) are in the gallery as declared
+    n_coarse = round(card["coarse_target_share_declared"] * n_queries)
+    assert card["share_queries_coarse"] == round(n_coarse / n_queries, 4)
+    assert sum(metrics["rerank_flips"][split]["gated"]["coarse_queries"] for split in ("val", "test")) == n_coarse * len(metrics["seeds"])
+    assert card["share_distractors_outside_cloze_slots"] >= card["share_single_edits_outside_cloze_slots"]
     for split in ("val", "test"):
         order = metrics["blind_twin_order"][split]
         assert set(order) == {"fusion", "cross", "cloze", "verify"}

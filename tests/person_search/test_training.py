@@ -130,6 +130,12 @@ def test_rerank_flips_by_hand():
     assert f["flip_rate"] == round(2 / 3, 4) and f["flipped_among_confident"] == 1 and f["confident_and_correct"] == 1
     assert (f["top_quartile_queries"], f["top_quartile_stage1_correct"], f["top_quartile_flipped"], f["top_quartile_fixed"]) == (3, 2, 1, 1)
     assert (f["blind_twin_queries"], f["blind_twin_stage1_correct"], f["blind_twin_flipped"]) == (2, 1, 1)
+    assert f["coarse_queries"] == 0  # no coarse mask given: none
+    coarse = np.array([False, True, True, False, False, True])
+    c = rerank_flips(stage1, new, in_pool, kept, top, twin, coarse)["cloze"]
+    # coarse 1 (right, kept, flipped), 2 (wrong, fixed), 5 (right, not kept, flipped)
+    assert (c["coarse_queries"], c["coarse_stage1_correct"], c["coarse_confident_and_correct"],
+            c["coarse_flipped"], c["coarse_fixed"]) == (3, 2, 1, 2, 1)
 
 
 def test_twin_order_by_hand():
