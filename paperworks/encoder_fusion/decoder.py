@@ -68,7 +68,11 @@ class ReportDecoder(nn.Module):
     def generate(self, tok: dict[str, torch.Tensor], bos_id: int, eos_id: int, max_new_tokens: int) -> list[list[int]]:
         """Greedy reports (token ids up to, not including, ``<eos>``), with the decoder's KV cache."""
         self.eval()
-        pre = self.prefix_embeds(tok)
+        return self.greedy_after(self.prefix_embeds(tok), bos_id, eos_id, max_new_tokens)
+
+    @torch.no_grad()
+    def greedy_after(self, pre: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> list[list[int]]:
+        """Greedy continuation of the embeddings ``pre`` (B, P, D) after ``<bos>``, with the KV cache."""
         b = pre.shape[0]
         bos = self.lm.get_input_embeddings()(torch.full((b, 1), bos_id, dtype=torch.long))
         out = self.lm(inputs_embeds=torch.cat([pre, bos], dim=1), use_cache=True)

@@ -66,23 +66,7 @@ class PromptedDecoder(ReportDecoder):
                  max_new_tokens: int) -> list[list[int]]:
         """Greedy, with the KV cache; token ids up to (not including) ``<eos>``."""
         self.eval()
-        ctx = self._context(tok, prompt)
-        b = ctx.shape[0]
-        bos = self.lm.get_input_embeddings()(torch.full((b, 1), bos_id, dtype=torch.long))
-        out = self.lm(inputs_embeds=torch.cat([ctx, bos], dim=1), use_cache=True)
-        cache, rows = out.cache, [[] for _ in range(b)]
-        done = torch.zeros(b, dtype=torch.bool)
-        nxt = out.logits[:, -1].argmax(-1)
-        for _ in range(max_new_tokens):
-            for i in range(b):
-                if not done[i] and int(nxt[i]) != eos_id:
-                    rows[i].append(int(nxt[i]))
-            done |= nxt == eos_id
-            if bool(done.all()):
-                break
-            out = self.lm(input_ids=nxt[:, None], cache=cache, use_cache=True)
-            cache, nxt = out.cache, out.logits[:, -1].argmax(-1)
-        return rows
+        return self.greedy_after(self._context(tok, prompt), bos_id, eos_id, max_new_tokens)
 
 
 # ------------------------------------------------------------------ encoding
