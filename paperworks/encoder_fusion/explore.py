@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 from paperworks.core.lm import LMConfig
 from paperworks.core.lm.train import warmup_cosine
-from paperworks.encoder_fusion.decoder import ReportDecoder
+from paperworks.encoder_fusion.decoder import ReportDecoder, _trim
+from paperworks.encoder_fusion.decoder import _rows as _case_rows  # the report decoder's own row gather
 from paperworks.encoder_fusion.instructions import complies
 
 # (case rows into the token dict, prompt ids N × P, report ids N × T, report mask N × T)
@@ -110,16 +111,6 @@ def make_data(tokenizer, rows: np.ndarray, prompts: list[str], targets: list[str
 
 
 # ------------------------------------------------------------------ training
-def _case_rows(tokens: dict[str, torch.Tensor], rows: np.ndarray) -> dict[str, torch.Tensor]:
-    r = torch.as_tensor(rows)
-    return {k: tokens[k][r] for k in ("foundation", "xray", "path")}
-
-
-def _trim(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    w = int(mask.sum(1).max())
-    return ids[:, :w], mask[:, :w]
-
-
 @torch.no_grad()
 def prompted_dev_loss(model: PromptedDecoder, tokens: dict[str, torch.Tensor], data: PromptData, batch: int = 256) -> float:
     """Token-mean cross-entropy of the targets (report tokens + ``<eos>``)."""
