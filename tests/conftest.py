@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,10 +92,12 @@ def adopt_other_workers_stages(repo: Path) -> list[str]:
     each finished stage's lock entry and its outputs (exactly the paths that entry lists) from the
     other copy; the following ``dvc repro`` then checks every dep, param and output hash of the
     adopted stages and runs whatever no worker ran. A copy with other files or params is ignored.
+    It first waits for the other worker's smoke group to finish (`wait_for_other_smoke_groups`).
     Returns the adopted stage names.
     """
     if not XDIST_WORKER:
         return []
+    wait_for_other_smoke_groups()
     mine = repo.resolve()
     lock_path = repo / "dvc.lock"
     lock = yaml.safe_load(lock_path.read_text()) if lock_path.exists() else {"schema": "2.0", "stages": {}}
@@ -126,6 +129,72 @@ def adopt_other_workers_stages(repo: Path) -> list[str]:
     if adopted:
         lock_path.write_text(yaml.safe_dump(lock, sort_keys=False))
     return adopted
+
+
+# Why the whole-DAG tests wait for the other worker's group: DVC's run cache is not safe for two
+# processes reproducing the same stage at once. `StageCache._load` lists a run-cache directory and
+# stats every entry, while `save` writes a temporary file there and renames it; a listing that
+# catches the other process's temporary file fails the whole `dvc repro` with FileNotFoundError
+# (CI failed so on 2026-12-02, in video_qa_infer). Waiting for the other group to finish leaves
+# the whole-DAG repro only stages that no worker is running, and adopts all of the other group's.
+_CONFIG: pytest.Config | None = None
+_GROUP_LEFT: dict[str, int] = {}  # smoke group -> its tests not yet torn down on this worker
+
+
+def pytest_configure(config) -> None:
+    global _CONFIG
+    _CONFIG = config
+
+
+def pytest_collection_finish(session) -> None:
+    _GROUP_LEFT.clear()
+    for item in session.items:  # the selected tests: `-k` and marks have already deselected
+        group = smoke_group(item.nodeid)
+        if group:
+            _GROUP_LEFT[group] = _GROUP_LEFT.get(group, 0) + 1
+
+
+def _group_markers() -> Path:
+    """A folder shared by the xdist workers of this session (beside their base temp folders)."""
+    folder = _CONFIG._tmp_path_factory.getbasetemp().parent / "smoke-groups"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def pytest_runtest_setup(item) -> None:
+    group = smoke_group(item.nodeid)
+    if XDIST_WORKER and group:
+        (_group_markers() / f"{group}.started.{XDIST_WORKER}").touch()
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    group = smoke_group(item.nodeid)
+    if XDIST_WORKER and group:
+        _GROUP_LEFT[group] -= 1
+        if _GROUP_LEFT[group] == 0:  # every test of the group ran here (xdist sends a group whole)
+            (_group_markers() / f"{group}.done.{XDIST_WORKER}").touch()
+
+
+def wait_for_other_smoke_groups(timeout_s: float = 2400.0, poll_s: float = 5.0) -> float:
+    """Block until every smoke group that another worker started has finished; returns the seconds
+    waited. A group no other worker started is not waited for (it runs later here, or not at all);
+    after `timeout_s` (a crashed worker) the caller goes on and DVC may race as before."""
+    if not XDIST_WORKER or _CONFIG is None:
+        return 0.0
+    markers, start = _group_markers(), time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        running = [
+            m.name for m in markers.glob("*.started.*")
+            if not m.name.endswith(f".{XDIST_WORKER}")
+            and not (markers / m.name.replace(".started.", ".done.")).exists()
+        ]
+        if not running:
+            break
+        time.sleep(poll_s)
+    waited = time.monotonic() - start
+    if waited > poll_s:
+        print(f"waited {waited:.0f} s for the other worker's smoke group", file=sys.stderr)
+    return waited
 
 
 def dvc(repo: Path, *args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
