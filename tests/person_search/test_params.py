@@ -48,6 +48,21 @@ def test_wrong_backbone_names_allowed_values():
     assert "person_search.encoder.backbones.1" in msg and "'cnn', 'resnet' or 'vit'" in msg
 
 
+def test_text_precision_names_allowed_values():
+    """Every precision embed.encode_texts runs is a valid text.precision, and a wrong one lists them all."""
+    from paperworks.person_search.embed import PRECISIONS
+
+    for precision in PRECISIONS:
+        s = _default()
+        s["text"]["precision"] = precision
+        assert validate_section("person_search", Params, s).text.precision == precision
+    s = _default()
+    s["text"]["precision"] = "int8"
+    msg = _error(s)
+    assert "person_search.text.precision" in msg
+    assert "'float32', 'bfloat16', 'bfloat16_weights' or 'int8_dynamic'" in msg
+
+
 def test_out_of_range_and_typos_fail_with_key_path():
     s = _default()
     s["data"]["n_targets"] = 5000
