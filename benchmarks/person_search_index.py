@@ -10,13 +10,15 @@ For each gallery size (default 5,949 = the default profile, 36,773 = PAB) and th
 - **stage 1 end to end** (the method, ``retrieval.Stage1`` + ``embed.QueryEncoder``): query captions
   → facet parsing → MiniLM-L6 (the real model, ``--precision`` float32 by default as in the
   default profile's ``text.precision``; bfloat16_weights, a bfloat16 copy of the weights run directly,
-  pays only on CPUs with AVX512-BF16 and was 4.4× slower on an AVX2-only one; the queries
+  pays only on CPUs with AVX512-BF16 and was 4.4× slower on an AVX2-only one; int8_dynamic, int8
+  linear layers, runs on any x86 CPU at a cosine ≈ 0.975 to float32; the queries
   are encoded in batches, one forward pass per
   ``--batch-size`` distinct view texts, the cache empty at the start of each run) → the 3 backbones'
   text towers → torch top-K of the 6 anchor branches → pool → 18 branches scored on the pool (facets)
   → fusion over padded pools. Queries/s over the whole chain, and the ms per query of each step.
 - the same chain with MiniLM in float32, with MiniLM under bfloat16 autocast (float32 weights: the
-  previous default), and the same chain with faiss flat as the anchor engine.
+  previous default), with MiniLM's linear layers in int8 (``int8_dynamic``), and the same chain with
+  faiss flat as the anchor engine.
 - the same chain on a second batch of new queries through the first run's encoder (its cache holds
   the first batch's view texts: repeated facet texts are not encoded again). The headline column
   is the cold cache.
@@ -178,10 +180,11 @@ def main() -> None:
             torch.set_num_threads(th)
             faiss.omp_set_num_threads(th)
             with threadpool_limits(th):
-                # warm-up (allocations, MiniLM kernels for both precisions)
+                # warm-up (allocations, MiniLM kernels of every precision compared, the int8 copy built)
                 stage1_run(size, 50, args.topk, minilm, 99, args.precision, args.batch_size, extras=False)
                 stage1_run(size, 50, args.topk, minilm, 98, "float32", args.batch_size, extras=False)
                 stage1_run(size, 50, args.topk, minilm, 97, "bfloat16", args.batch_size, extras=False)
+                stage1_run(size, 50, args.topk, minilm, 96, "int8_dynamic", args.batch_size, extras=False)
                 la = load1()
                 # the headline: the run with the median total of --repeats cold runs (fresh queries, empty cache each)
                 reps = sorted((stage1_run(size, args.queries, args.topk, minilm, size + th + 104729 * r, args.precision,
@@ -189,6 +192,8 @@ def main() -> None:
                 t = reps[len(reps) // 2]
                 t32 = stage1_run(size, args.queries, args.topk, minilm, size + th, "float32", args.batch_size, extras=False)
                 tac = stage1_run(size, args.queries, args.topk, minilm, size + th, "bfloat16", args.batch_size, extras=False)
+                t8 = stage1_run(size, args.queries, args.topk, minilm, size + th, "int8_dynamic", args.batch_size,
+                                extras=False)
                 tf = stage1_run(size, args.queries, args.topk, minilm, size + th, args.precision, args.batch_size,
                                 engine="faiss", extras=False)
                 # steady state: new queries through the encoder whose cache holds the first run's texts
@@ -200,14 +205,15 @@ def main() -> None:
             no_text = t["total"] - t["parse"] - t["MiniLM"]
             main_rows.append(
                 f"| {size:,} | {th} | **{q / t['total']:,.0f}** | {q / t32['total']:,.0f} | {q / tac['total']:,.0f} "
-                f"| {q / tf['total']:,.0f} "
+                f"| {q / t8['total']:,.0f} | {q / tf['total']:,.0f} "
                 f"| {q / tw['total']:,.0f} ({tw['texts_per_query']:.2f}) "
                 f"| {q / no_text:,.0f} | {q / t['faiss anchors']:,.0f} | {q / t['torch anchors']:,.0f} "
                 f"| {q / t['faiss top-10']:,.0f} | {args.old_queries / old:,.0f} | {t['mean_pool']:.0f} "
                 f"| {t['texts_per_query']:.2f} | {la} → {lb} |")
             split_rows.append(f"| {size:,} | {th} | " + " | ".join(
                 f"{1000 * t[k] / q:.2f} ({100 * t[k] / t['total']:.0f} %)" for k in STEPS)
-                + f" | {1000 * t['total'] / q:.2f} | {1000 * t32['MiniLM'] / q:.2f} | {1000 * tac['MiniLM'] / q:.2f} | {lb} |")
+                + f" | {1000 * t['total'] / q:.2f} | {1000 * t32['MiniLM'] / q:.2f} | {1000 * tac['MiniLM'] / q:.2f} "
+                f"| {1000 * t8['MiniLM'] / q:.2f} | {lb} |")
             print(main_rows[-1], flush=True)
     wall = time.perf_counter() - started
     lines = [
@@ -224,16 +230,17 @@ def main() -> None:
         "→ text towers → anchor search → pool → facets → fusion.",
         "",
         f"| gallery | threads | stage 1 end to end (MiniLM {args.precision}, torch top-k) | same, MiniLM float32 "
-        "| same, MiniLM bfloat16 autocast | same, faiss flat anchors | same, cache warmed by one earlier batch (MiniLM texts / query) | without parse + MiniLM | faiss flat, 6 anchor top-K | torch top-k, 6 anchors "
+        "| same, MiniLM bfloat16 autocast | same, MiniLM int8_dynamic | same, faiss flat anchors | same, cache warmed by one earlier batch (MiniLM texts / query) | without parse + MiniLM | faiss flat, 6 anchor top-K | torch top-k, 6 anchors "
         "| faiss flat, one top-10 | old path (18 branches + loop) | mean pool | MiniLM texts / query | load |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         *main_rows,
         "",
         "Where the time goes in the end-to-end run: ms per query (share of the end-to-end time). encode = parse + MiniLM "
         "+ text towers; search = the 6 anchor top-K + pool; facets = 18 branches scored on the pool.",
         "",
-        f"| gallery | threads | parse | MiniLM ({args.precision}) | text towers | search | facets | fusion | total | MiniLM float32 | MiniLM bfloat16 autocast | load after |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        f"| gallery | threads | parse | MiniLM ({args.precision}) | text towers | search | facets | fusion | total | MiniLM float32 | MiniLM bfloat16 autocast "
+        "| MiniLM int8_dynamic | load after |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         *split_rows,
         "",
     ]
