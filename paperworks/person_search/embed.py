@@ -78,7 +78,9 @@ def int8_copy(model):
     products in fbgemm (AVX2 suffices, unlike the bf16 paths). Embeddings, layer norms, softmax and
     GELU stay float32. On the track's captions: cosine to float32 ≈ 0.975 on average, ≥ 0.94 at
     worst (BERT's outlier hidden dimensions widen the per-tensor activation range), for ≈ 1.5×
-    less time per text on one AVX2 thread."""
+    less time per text on one AVX2 thread. The activation range is taken over the whole padded
+    batch, so a text's embedding depends on the texts batched with it (cosine ≥ 0.92 between
+    batch 64 and batch 1 on 99 view texts); batch 1 removes that but costs all the speed-up."""
     copy_ = _INT8_COPIES.get(model)
     if copy_ is None:
         import copy
@@ -166,6 +168,8 @@ class QueryEncoder:
     Queries are encoded in batches: MiniLM runs once per *distinct* view text of the whole batch
     (sorted by length, ``batch_size`` texts per forward pass); facet texts repeat across queries
     (an action phrase, an object, a scene), so they come from the cache after their first query.
+    With ``precision="int8_dynamic"`` a cached embedding is the one of the batch that first held the
+    text, which can differ a little from encoding it alone (:func:`int8_copy`).
     ``text_towers`` are the backbones' text projections (384 → D, L2-normalised)."""
 
     def __init__(self, text_towers, model=None, batch_size: int = 64, precision: str = "float32"):
