@@ -46,9 +46,11 @@ run: setup
 	$(PY) -m flows.report_guard
 	$(PY) -m paperworks.core.report --recompute --readme README.md
 
-# Two workers (pytest-xdist): the smoke-copy tests run as two ordered groups, one per worker
-# (tests/conftest.py); the unit tests fill the gaps. PYTEST_WORKERS=0 runs in one process.
-PYTEST_WORKERS ?= 2
+# Three workers (pytest-xdist) on two cores: the smoke-copy tests run as two ordered groups, one per
+# worker (tests/conftest.py), the third takes the unit and frame tests. A worker waiting on a stage's
+# process start, a Prefect server or a schedule leaves a core idle (user+sys was 1.54 cores of 2 in a
+# two-worker run); the third fills it. PYTEST_WORKERS=0 runs in one process.
+PYTEST_WORKERS ?= 3
 test: setup
 	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS)
 

@@ -32,7 +32,6 @@ from typing import Any, Iterable, Literal, Sequence
 import numpy as np
 import pandas as pd
 from pydantic import Field
-from statsmodels.stats.multitest import multipletests
 
 from paperworks.core.params import StrictModel
 from paperworks.core.stats import SMALL_SAMPLE, compare_clustered
@@ -317,6 +316,8 @@ def adjust_and_decide(records: list[dict], ev: EvidenceParams) -> list[dict]:
     for role in ("headline", "exploratory"):
         tested = [r for r in out if r["role"] == role and all_passed(r["preconditions"])]
         if tested:
+            from statsmodels.stats.multitest import multipletests  # lazy: every stage imports this module
+
             adj = multipletests([r["p_value"] for r in tested], alpha=ev.alpha, method="holm")[1]
             for r, p in zip(tested, adj):
                 r["p_holm"] = float(p)

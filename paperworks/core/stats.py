@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from statsmodels.stats.proportion import proportion_confint
-from statsmodels.stats.weightstats import CompareMeans, DescrStatsW, ttest_ind, ttost_ind, ttost_paired
 
 SMALL_SAMPLE = 30  # below this many clusters: t intervals on cluster means; from it on: two-level bootstrap
 
@@ -34,6 +32,8 @@ def mean_ci(values: Sequence[float], confidence: float = 0.95) -> dict[str, floa
     mean = float(x.mean())
     if len(x) == 1:
         return {"mean": mean, "std": 0.0, "ci_low": float("-inf"), "ci_high": float("inf"), "n": 1}
+    from statsmodels.stats.weightstats import DescrStatsW  # imported here: ~1.5 s, and most stages never test
+
     lo, hi = DescrStatsW(x).tconfint_mean(alpha=1 - confidence)
     return {"mean": mean, "std": float(x.std(ddof=1)), "ci_low": float(lo), "ci_high": float(hi), "n": len(x)}
 
@@ -42,6 +42,8 @@ def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tu
     """Wilson score interval for a proportion (well behaved at 0 and 1)."""
     if trials <= 0:
         return (0.0, 1.0)
+    from statsmodels.stats.proportion import proportion_confint
+
     lo, hi = proportion_confint(successes, trials, alpha=1 - confidence, method="wilson")
     return (float(lo), float(hi))
 
@@ -66,6 +68,8 @@ class DiffTest:
 
 def _t_test(a: np.ndarray, b: np.ndarray, paired: bool, margin: float | None, confidence: float) -> DiffTest:
     """Cluster-mean t tests (a, b: one value per cluster, already signed)."""
+    from statsmodels.stats.weightstats import CompareMeans, DescrStatsW, ttest_ind, ttost_ind, ttost_paired
+
     alpha = 1 - confidence
     if paired:
         d = a - b
