@@ -1,6 +1,7 @@
 """Shared fixtures: a temporary copy of the repository switched to the smoke profile."""
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -73,12 +74,17 @@ def smoke_repo(tmp_path_factory) -> Path:
     # parses and rewrites the whole lock file after every stage (~0.5 MB, seconds per stage).
     (dest / "dvc.lock").unlink()
     if XDIST_WORKER:
-        # Under `pytest -n 2` each worker fills its own copy with its own tracks (see
+        # Under `pytest -n 2` or more each group's worker fills its own copy with its own tracks (see
         # SMOKE_GROUPS); one DVC cache for both lets the whole-DAG tests restore the other
         # worker's stages from DVC's run cache instead of training them a second time.
         shared = tmp_path_factory.getbasetemp().parent / "shared-dvc-cache"
         shared.mkdir(exist_ok=True)
         dvc(dest, "cache", "dir", "--local", str(shared))
+        # params_check is the one stage both groups run: one worker at a time, so that the two never
+        # reproduce it at once (DVC's run cache races then, see wait_for_other_smoke_groups)
+        with open(shared.parent / "params_check.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            dvc(dest, "repro", "params_check")
     return dest
 
 
@@ -218,14 +224,16 @@ def pytest_collection_modifyitems(config, items) -> None:
     items.sort(key=rank)  # stable: file order kept inside each group
 
 
-# `make test` runs two pytest-xdist workers. The tests of a file that uses the smoke copy run in
+# `make test` runs three pytest-xdist workers. The tests of a file that uses the smoke copy run in
 # order on one worker, in that worker's copy, as one of two groups: A holds the Prefect run, the
-# whole-DAG checks and the tracks before them; B the others, sized so that B plus the unit tests
-# take about as long as A on 2 cores. xdist's own `--dist loadgroup` cannot do this under pytest 9
+# whole-DAG checks and the tracks before them; B the others, of about A's length. The third worker
+# takes the unit tests (with two workers they fill the gaps of both). xdist's own `--dist loadgroup` cannot do this under pytest 9
 # (it renames node ids through an attribute pytest 9 no longer reads), so the grouping is a
 # scheduler: xdist's scope scheduler with a scope per group, every other test its own scope.
 # The two groups are the largest scopes, so xdist hands them out first, one to each worker.
-SMOKE_GROUP_B = {"person_search", "protocol_distill", "video_qa", "eval_agent", "mol", "encoder_fusion"}
+# Measured 2026-12-02 (three workers): B ended 3.5 min after A reached the whole-DAG wait, so
+# video_qa (≈ 90 s) moved to A.
+SMOKE_GROUP_B = {"person_search", "protocol_distill", "eval_agent", "mol", "encoder_fusion"}
 
 
 def smoke_group(nodeid: str) -> str | None:
