@@ -227,8 +227,8 @@ def pytest_collection_modifyitems(config, items) -> None:
 # `make test` runs three pytest-xdist workers. The tests of a file that uses the smoke copy run in
 # order on one worker, in that worker's copy, as one of two groups: A holds the Prefect run, the
 # whole-DAG checks and the tracks before them; B the others, of about A's length. The third worker
-# takes the unit tests (with two workers they fill the gaps of both). xdist's own `--dist loadgroup` cannot do this under pytest 9
-# (it renames node ids through an attribute pytest 9 no longer reads), so the grouping is a
+# takes the unit tests (with two workers they fill the gaps of both). xdist's own `--dist loadgroup`
+# cannot do this under pytest 9 (it renames node ids through an attribute pytest 9 no longer reads), so the grouping is a
 # scheduler: xdist's scope scheduler with a scope per group, every other test its own scope.
 # The two groups are the largest scopes, so xdist hands them out first, one to each worker.
 # Measured 2026-12-02 (three workers): B ended 3.5 min after A reached the whole-DAG wait, so

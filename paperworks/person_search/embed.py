@@ -121,14 +121,8 @@ def _encode_copy(texts: list[str], batch_size: int, model, net) -> np.ndarray:
     return out
 
 
-def _encode_bf16_weights(texts: list[str], batch_size: int, model) -> np.ndarray:
-    """The sentence embeddings of ``texts`` (in order) from the bfloat16 copy, float32 out."""
-    return _encode_copy(texts, batch_size, model, bf16_copy(model))
-
-
-def _encode_int8_dynamic(texts: list[str], batch_size: int, model) -> np.ndarray:
-    """The sentence embeddings of ``texts`` (in order) from the int8 copy, float32 out."""
-    return _encode_copy(texts, batch_size, model, int8_copy(model))
+# the precisions run through a hand-made copy of the transformer (tokenizer → copy → mean → norm)
+_COPY_BUILDERS = {"bfloat16_weights": bf16_copy, "int8_dynamic": int8_copy}
 
 
 def encode_texts(texts: list[str], batch_size: int = 64, model=None, precision: str = "float32") -> np.ndarray:
@@ -148,10 +142,8 @@ def encode_texts(texts: list[str], batch_size: int = 64, model=None, precision: 
     model = model or load_minilm()
     # Sort by length so batches pad little; restore the order afterwards.
     order = np.argsort([len(t) for t in texts], kind="stable")
-    if precision == "bfloat16_weights":
-        emb = _encode_bf16_weights([texts[i] for i in order], batch_size, model)
-    elif precision == "int8_dynamic":
-        emb = _encode_int8_dynamic([texts[i] for i in order], batch_size, model)
+    if precision in _COPY_BUILDERS:
+        emb = _encode_copy([texts[i] for i in order], batch_size, model, _COPY_BUILDERS[precision](model))
     else:
         amp = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else contextlib.nullcontext()
         with amp, torch.inference_mode():

@@ -54,7 +54,7 @@ def test_bfloat16_weights_copy_is_the_models_own_pipeline(minilm):
     path must give sentence-transformers' embeddings; in bfloat16 it stays within cosine 0.9999."""
     import torch
 
-    from paperworks.person_search.embed import _BF16_COPIES, _encode_bf16_weights, bf16_copy
+    from paperworks.person_search.embed import _encode_copy, bf16_copy
 
     texts = _captions(4) + ["falling over", "with a dog", "a"]  # mixed lengths: padding inside a batch
     e32 = encode_texts(texts, model=minilm)
@@ -65,13 +65,8 @@ def test_bfloat16_weights_copy_is_the_models_own_pipeline(minilm):
     assert next(minilm[0].auto_model.parameters()).dtype == torch.float32  # the float32 model is untouched
     # the same hand-written path on float32 weights reproduces the library's embeddings
     assert len(minilm) == 3  # the copy did not join the model's module pipeline
-    saved = _BF16_COPIES[minilm]
-    try:
-        _BF16_COPIES[minilm] = minilm[0].auto_model
-        np.testing.assert_allclose(_encode_bf16_weights(texts, 3, minilm), minilm.encode(texts, normalize_embeddings=True),
-                                   atol=2e-6)
-    finally:
-        _BF16_COPIES[minilm] = saved
+    np.testing.assert_allclose(_encode_copy(texts, 3, minilm, minilm[0].auto_model),
+                               minilm.encode(texts, normalize_embeddings=True), atol=2e-6)
 
 
 def _neighbour_agreement(ref: np.ndarray, emb: np.ndarray, k: int = 5) -> tuple[float, float]:
