@@ -32,7 +32,7 @@ from typing import Any
 
 import flows  # noqa: F401  (project Prefect home, startup timeout, analytics off: before prefect loads)
 from flows.dvc_cli import DvcError, run_dvc
-from flows.progress import BarThrottle, critical_path_order, estimate_left, progress_line
+from flows.progress import BarThrottle, critical_path_order, estimate_left, progress_line, with_sibling_costs
 from flows.project_lock import ProjectLockTimeout, project_lock
 
 import yaml
@@ -311,7 +311,10 @@ def run_stages(stage_task, to_run: list[str], dag: dict[str, list[str]], root: P
     from prefect.futures import as_completed
 
     wanted = set(to_run)
-    # a free lane takes the ready stage heading the longest chain of recorded costs
+    # a free lane takes the ready stage heading the longest chain of recorded costs (a new matrix
+    # item counts as its recorded siblings' median)
+    if costs is not None:
+        costs, _ = with_sibling_costs(to_run, costs)
     pick_order = critical_path_order(to_run, dag, costs or {})
     running: dict[Any, str] = {}
     started: dict[str, float] = {}

@@ -49,6 +49,34 @@ class BarThrottle:
         return False
 
 
+def with_sibling_costs(stages: Sequence[str], cost: Mapping[str, float]) -> tuple[dict[str, float], set[str]]:
+    """``cost`` plus an estimate for each matrix item of ``stages`` that has no record of its own.
+
+    A new item of a ``matrix:`` stage (``warmstart@tiny-3`` after the seeds grew from 3 to 5) has
+    no recorded run, but its siblings (``warmstart@tiny-0`` …, the same name before ``@``) usually
+    do, and they do the same work on other values. Counting such an item as 0 s made the
+    critical-path order start it last: the run of 2026-12-03 ran thirteen 40-s online stages
+    before the two 350-s warm starts they did not depend on, and the lanes then idled. The
+    estimate is the median of the siblings' recorded costs. Returns the costs and the names
+    that were estimated this way (they are not counted as unknown).
+    """
+    filled = dict(cost)
+    estimated: set[str] = set()
+    siblings: dict[str, list[float]] = {}
+    for name, seconds in cost.items():
+        if "@" in name:
+            siblings.setdefault(name.split("@", 1)[0], []).append(seconds)
+    for s in stages:
+        if s in filled or "@" not in s:
+            continue
+        known = sorted(siblings.get(s.split("@", 1)[0], []))
+        if known:
+            mid = len(known) // 2
+            filled[s] = known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
+            estimated.add(s)
+    return filled, estimated
+
+
 def critical_path_order(stages: Sequence[str], dag: Mapping[str, Sequence[str]],
                         cost: Mapping[str, float]) -> list[str]:
     """``stages`` (topological order) sorted by the longest recorded-cost path from each to the end.

@@ -152,6 +152,17 @@ def test_a_free_lane_takes_the_stage_heading_the_longest_recorded_chain(prefect_
     # chains: a → after_a = 55 s, long = 60 s, b = 30 s
     assert started == ["long", "a", "after_a", "b"]
 
+    # a matrix item without a record of its own (a seed added) costs as its recorded siblings do
+    started.clear()
+
+    @flow(task_runner=ThreadPoolTaskRunner(max_workers=1))
+    def new_seed() -> dict:
+        return run_stages(fake_stage, ["run@0", "run@1", "warm@1"], {"run@0": [], "run@1": [], "warm@1": []},
+                          Path("."), 1.0, lanes=1, costs={"run@0": 40.0, "run@1": 40.0, "warm@0": 350.0})
+
+    new_seed()
+    assert started == ["warm@1", "run@0", "run@1"]
+
 
 def test_a_stage_that_measures_time_runs_with_no_other_stage_beside_it(prefect_api: str) -> None:
     import threading

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from flows.progress import BarThrottle, clock_text, critical_path_order, estimate_left, progress_line
+from flows.progress import BarThrottle, clock_text, critical_path_order, estimate_left, progress_line, with_sibling_costs
 
 
 class FakeClock:
@@ -109,3 +109,32 @@ def test_longest_first_shortens_the_estimated_run_on_two_lanes() -> None:
     in_file_order, _ = estimate_left(["a", "b", "c", "long"], {}, dag, cost, lanes=2)
     longest_first, _ = estimate_left(critical_path_order(["a", "b", "c", "long"], dag, cost), {}, dag, cost, lanes=2)
     assert (in_file_order, longest_first) == (400, 300)  # a|b, then c|long  vs  long|a,b,c
+
+
+def test_a_new_matrix_item_costs_its_recorded_siblings_median() -> None:
+    # the seeds grew from 3 to 5: warm@3 and warm@4 have no record, warm@0..2 do
+    recorded = {"warm@0": 340.0, "warm@1": 350.0, "warm@2": 360.0, "train@g-0": 40.0, "world": 5.0}
+    stages = ["world", "warm@3", "warm@4", "train@g-0", "train@g-3", "evaluate"]
+    cost, estimated = with_sibling_costs(stages, recorded)
+    assert cost["warm@3"] == cost["warm@4"] == 350.0 and cost["train@g-3"] == 40.0
+    assert estimated == {"warm@3", "warm@4", "train@g-3"}
+    assert "evaluate" not in cost  # no '@': no siblings to go by, still unknown
+    assert cost["warm@0"] == 340.0  # a recorded item keeps its own cost
+    assert with_sibling_costs(["a@1", "a@2"], {"a@0": 10.0, "a@9": 20.0})[0]["a@1"] == 15.0  # even count: middle mean
+
+
+def test_a_new_warm_start_goes_before_cheap_recorded_runs_on_two_lanes() -> None:
+    # what the 2026-12-03 protocol_distill run did: the stale recorded 40-s runs went first and the
+    # new 350-s warm start (two runs below it) last, so the other lane idled through it
+    old_runs = [f"train@{r}-{i}" for r in "gm" for i in range(3)]
+    new_runs = ["train@g-3", "train@m-3"]
+    topo = [*old_runs, "warm@3", *new_runs]  # the file's order
+    dag = {s: [] for s in [*old_runs, "warm@3"]}
+    dag.update({s: ["warm@3"] for s in new_runs})
+    recorded = {**{s: 40.0 for s in old_runs}, "warm@0": 350.0}
+    filled, _ = with_sibling_costs(topo, recorded)
+    order = critical_path_order(topo, dag, filled)
+    assert order[0] == "warm@3"
+    as_before, _ = estimate_left(critical_path_order(topo, dag, recorded), {}, dag, filled, lanes=2)
+    now, _ = estimate_left(order, {}, dag, filled, lanes=2)
+    assert (as_before, now) == (510.0, 390.0)  # runs 0-120, warm 120-470 alone · warm 0-350 beside the runs
