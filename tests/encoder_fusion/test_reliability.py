@@ -23,10 +23,11 @@ def test_degrade_is_seeded_shape_preserving_and_applies_each_part():
     assert (a[..., 0] == a[..., 1]).all()  # grey images stay grey
     drift = degrade(x, DegradeParams(blur=0, gain=0.5, offset=10, noise=0), 1)
     assert (drift.astype(int) == np.clip(np.rint(0.5 * x.astype(float) + 10), 0, 255).astype(int)).all()
-    board = np.where(np.add.outer(np.arange(16), np.arange(16)) % 2 == 0, 160, 80).astype(np.uint8)
-    board = np.repeat(board[None, :, :, None], 3, axis=3)
-    blurred = degrade(board, DegradeParams(blur=0.8, gain=1, offset=0, noise=0), 1)
-    assert np.ptp(blurred[0, 4:12, 4:12, 0]) < 0.5 * np.ptp(board)  # a pixel checkerboard (a small lesion) fades
+    yy, xx = np.mgrid[0:16, 0:16]
+    for pattern in ((yy + xx) % 2, yy % 2, xx % 2):  # a pixel checkerboard (a small lesion), then stripes each way
+        board = np.repeat(np.where(pattern == 0, 160, 80).astype(np.uint8)[None, :, :, None], 3, axis=3)
+        blurred = degrade(board, DegradeParams(blur=0.8, gain=1, offset=0, noise=0), 1)
+        assert np.ptp(blurred[0, 4:12, 4:12, 0]) < 0.5 * np.ptp(board)  # fades: the blur acts along both image axes
     with pytest.raises(ValueError, match="uint8"):
         degrade(x.astype(np.float32), p, 1)
 
