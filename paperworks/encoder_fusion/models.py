@@ -6,6 +6,10 @@ g = S/16) cached. A fusion maps the cached tokens to one token grid:
 
 - ``foundation``: h = P_F(F)
 - ``parallel``:   h = mean(P_F(F), P_x(S_xray), P_p(S_path))        (averaging, Cambrian-like)
+- ``parallel_query``: h = Q + Attn(LN(Q), LN([P_F(F); P_x(S_xray); P_p(S_path)] + source + position)), then
+                  h = h + MLP(LN(h)): g² learned queries (one per cell, image-independent) aggregate every encoder's
+                  tokens at once, each query restricted to its own cell's window in every encoder (Cambrian-1's
+                  Spatial Vision Aggregator, one layer) — parallel aggregation with learnable queries.
 - ``cascade``:    h1 = h0 + tanh(g1)·LocalXAttn(h0, P_x(S_xray));  h2 = h1 + tanh(g2)·LocalXAttn(h1, P_p(S_path))
                   with h0 = P_F(F) and g1 = g2 = 0 at the start, so training starts at the foundation (CaSL).
 
@@ -23,7 +27,7 @@ from torch import nn
 
 from paperworks.core.vision.contrastive import ImageTextModel, contrastive_loss
 from paperworks.core.vision.encoders import EncoderConfig, PatchifyEncoder2D, frames_to_tensor
-from paperworks.encoder_fusion.params import FoundationParams, HeadParams, SpecialistParams
+from paperworks.encoder_fusion.params import FUSIONS, FoundationParams, HeadParams, SpecialistParams
 from paperworks.encoder_fusion.world import ANSWERS, N_DENSE
 
 
@@ -159,6 +163,34 @@ class LocalCrossAttention(nn.Module):
         return h + torch.tanh(self.gate) * out
 
 
+class QueryAggregator(nn.Module):
+    """SVA-like learnable-query aggregation over several encoders' projected token grids (one layer).
+
+    ``grid²`` learned queries (one per output cell) cross-attend to the concatenated tokens of every source,
+    each query only to the cells within ``window`` (Chebyshev) of its own cell in each source; keys carry a
+    learned source embedding and a learned cell position so a query can tell which encoder and cell a token
+    came from. Output: queries + attention, then a residual MLP — no gate: nothing here starts at the foundation."""
+
+    def __init__(self, d: int, heads: int, grid: int, window: int, n_sources: int) -> None:
+        super().__init__()
+        self.queries = nn.Parameter(torch.randn(grid * grid, d) * 0.02)
+        self.source = nn.Parameter(torch.randn(n_sources, 1, d) * 0.02)
+        self.key_pos = nn.Parameter(torch.randn(grid * grid, d) * 0.02)
+        self.norm_q, self.norm_kv, self.norm_mlp = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+        self.register_buffer("mask", window_mask(grid, window).repeat(1, n_sources), persistent=False)
+
+    def forward(self, sources: list[torch.Tensor]) -> torch.Tensor:
+        if len(sources) != self.source.shape[0]:
+            raise ValueError(f"{len(sources)} sources for an aggregator built for {self.source.shape[0]}")
+        kv = self.norm_kv(torch.cat([s + self.source[i] + self.key_pos for i, s in enumerate(sources)], dim=1))
+        q = self.queries.expand(sources[0].shape[0], -1, -1)
+        out, _ = self.attn(self.norm_q(q), kv, kv, attn_mask=self.mask, need_weights=False)
+        h = q + out
+        return h + self.mlp(self.norm_mlp(h))
+
+
 class FusionVQA(nn.Module):
     """One fusion of the cached token grids + the VQA head over the fused grid.
 
@@ -168,6 +200,8 @@ class FusionVQA(nn.Module):
 
     def __init__(self, fusion: str, dims: dict[str, int], question_dim: int, grid: int, p: HeadParams) -> None:
         super().__init__()
+        if fusion not in FUSIONS:
+            raise ValueError(f"fusion '{fusion}': allowed {', '.join(FUSIONS)}")
         d = p.d_model
         self.fusion = fusion
         self.proj_f = nn.Linear(dims["foundation"], d)
@@ -175,9 +209,11 @@ class FusionVQA(nn.Module):
         self.query = nn.Linear(question_dim, d)
         self.key = nn.Linear(d, d)
         self.out = nn.Sequential(nn.Linear(2 * d, d), nn.GELU(), nn.Linear(d, len(ANSWERS)))
-        if fusion in ("parallel", "cascade"):
+        if fusion in ("parallel", "parallel_query", "cascade"):
             self.proj_x = nn.Linear(dims["xray"], d)
             self.proj_p = nn.Linear(dims["path"], d)
+        if fusion == "parallel_query":
+            self.aggregate = QueryAggregator(d, p.heads, grid, p.window, n_sources=3)
         if fusion == "cascade":
             self.xattn_x = LocalCrossAttention(d, p.heads, grid, p.window)
             self.xattn_p = LocalCrossAttention(d, p.heads, grid, p.window)
@@ -186,6 +222,8 @@ class FusionVQA(nn.Module):
         h = self.proj_f(tok["foundation"])
         if self.fusion == "parallel":
             h = (h + self.proj_x(tok["xray"]) + self.proj_p(tok["path"])) / 3
+        elif self.fusion == "parallel_query":
+            h = self.aggregate([h, self.proj_x(tok["xray"]), self.proj_p(tok["path"])])
         elif self.fusion == "cascade":
             h = self.xattn_x(h, self.proj_x(tok["xray"]))
             h = self.xattn_p(h, self.proj_p(tok["path"]))

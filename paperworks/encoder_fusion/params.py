@@ -13,8 +13,8 @@ from paperworks.core.params import StrictModel
 
 Modality = Literal["xray", "path"]
 MODALITIES: tuple[str, ...] = ("xray", "path")
-Fusion = Literal["foundation", "parallel", "cascade"]
-FUSIONS: tuple[str, ...] = ("foundation", "parallel", "cascade")
+Fusion = Literal["foundation", "parallel", "parallel_query", "cascade"]
+FUSIONS: tuple[str, ...] = ("foundation", "parallel", "parallel_query", "cascade")
 VolumeArm = Literal["anchored", "sampled", "encoder3d"]
 VOLUME_ARMS: tuple[str, ...] = ("anchored", "sampled", "encoder3d")
 
@@ -174,6 +174,33 @@ class ExploreParams(StrictModel):
     log_every: int = Field(25, ge=1, le=10_000)
 
 
+class DegradeParams(StrictModel):
+    """A scanner-like degradation of the test images (declared and seeded): Gaussian blur, then an intensity
+    drift gain · x + offset, then Gaussian noise; rounded and clipped to uint8."""
+
+    blur: float = Field(0.5, ge=0, le=5, description="Gaussian blur σ (pixels); 0: none")
+    gain: float = Field(0.9, ge=0.5, le=1.5, description="intensity drift: multiplicative")
+    offset: float = Field(8.0, ge=-60, le=60, description="intensity drift: additive (grey levels)")
+    noise: float = Field(6.0, ge=0, le=40, description="added Gaussian noise σ (grey levels), on top of the world's own")
+
+    @model_validator(mode="after")
+    def _check(self) -> "DegradeParams":
+        if self.blur == 0 and self.gain == 1 and self.offset == 0 and self.noise == 0:
+            raise ValueError("blur=0, gain=1, offset=0, noise=0: the degradation changes nothing")
+        return self
+
+
+class ReliabilityParams(StrictModel):
+    """Beyond the paper, on the trained VQA heads: calibrated confidence with abstention, and robustness to
+    ``degrade`` (``paperworks.encoder_fusion.reliability``, stage ``encoder_fusion_reliability``)."""
+
+    coverage: float = Field(0.9, gt=0, le=1, description="answered share of the dev questions the abstention threshold is fitted to")
+    n_bins: int = Field(10, ge=2, le=50, description="confidence bins of the reliability table and the ECE")
+    abstention_fusions: list[Fusion] = Field(default_factory=lambda: ["foundation", "cascade"], min_length=1,
+                                             description="fusions whose 'abstaining raises accuracy' claim is made")
+    degrade: DegradeParams = DegradeParams()
+
+
 class ClaimsParams(StrictModel):
     min_specialist_gain: float = Field(0.15, ge=0, le=1, description="specialist − foundation small-lesion detection accuracy")
     min_rel_improvement: float = Field(0.05, ge=0, le=1, description="a training loss must leave its start by this much")
@@ -192,4 +219,12 @@ class Params(StrictModel):
     volume: VolumeParams
     decoder: DecoderParams
     explore: ExploreParams
+    reliability: ReliabilityParams = ReliabilityParams()
     claims: ClaimsParams = ClaimsParams()
+
+    @model_validator(mode="after")
+    def _check(self) -> "Params":
+        missing = [f for f in self.reliability.abstention_fusions if f not in self.head.fusions]
+        if missing:
+            raise ValueError(f"reliability.abstention_fusions {missing}: not trained (head.fusions is {self.head.fusions})")
+        return self

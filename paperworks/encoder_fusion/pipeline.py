@@ -10,7 +10,7 @@ from sklearn.metrics import balanced_accuracy_score
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from paperworks.encoder_fusion.models import build_fusion, predict, train_fusion
+from paperworks.encoder_fusion.models import FusionVQA, build_fusion, predict, train_fusion
 from paperworks.encoder_fusion.params import MODALITIES, HeadParams
 from paperworks.encoder_fusion.world import ANSWERS, REGIONS, Case, questions
 
@@ -79,8 +79,9 @@ def split_arrays(qdf: pd.DataFrame, split: str) -> dict[str, np.ndarray]:
 
 
 def run_fusion(fusion: str, seed_index: int, seed: int, tokens: dict[str, torch.Tensor], qdf: pd.DataFrame,
-               p: HeadParams) -> tuple[pd.DataFrame, list[dict]]:
-    """Train one fusion + head from ``seed``; return its test predictions and its dev curve."""
+               p: HeadParams) -> tuple[pd.DataFrame, list[dict], FusionVQA]:
+    """Train one fusion + head from ``seed``; return its test predictions, its dev curve and the model (at the
+    checkpoint in use)."""
     enc = {k: tokens[k] for k in ("foundation", "xray", "path")}
     qemb = tokens["question_embeddings"]
     grid = int(round(enc["foundation"].shape[1] ** 0.5))
@@ -96,4 +97,4 @@ def run_fusion(fusion: str, seed_index: int, seed: int, tokens: dict[str, torch.
                         "answer": test["answer"].to_numpy(), "pred": pred})
     out["correct"] = (out["answer"] == out["pred"]).astype(float)
     out["pred_text"] = [ANSWERS[k] for k in pred]
-    return out, history
+    return out, history, model

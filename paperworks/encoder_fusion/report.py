@@ -79,6 +79,11 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
                                    statement=f"cascade beats {base} on {m} VQA", **vqa))
     specs.append(ClaimSpec(id="cascade_vs_foundation_small", table="small_lesion_accuracy", method="cascade", baseline="foundation",
                            statement="cascade beats the foundation on questions about regions with a small lesion", **vqa))
+    if "parallel_query" in p.head.fusions:
+        specs.append(ClaimSpec(id="cascade_vs_parallel_query", table="vqa_accuracy", method="cascade", baseline="parallel_query",
+                               statement=f"cascade fusion beats parallel fusion with learnable-query aggregation (SVA-like: one "
+                                         f"learned query per cell over every encoder's tokens in its window) on 2D VQA ({seeds} seeds)",
+                               **vqa))
     for b in BASELINE_METRICS[1:]:
         specs.append(ClaimSpec(id=f"roi_metric_vs_{b}", table="panel_tau", metric="Kendall τ with the simulated panel", method="roi",
                                baseline=b, unit="case", cluster=None, preconditions=PANEL_PRE,
@@ -229,7 +234,7 @@ def decoder_claim_specs(p: Params) -> list[ClaimSpec]:
     return [ClaimSpec(id=f"report_cascade_vs_{base}", baseline=base,
                       statement=f"the report decoder over cascade-fused tokens writes reports with a higher RoI-F1 than over "
                                 f"{'the foundation alone' if base == 'foundation' else base + ' fusion'} ({p.decoder.seeds} seeds)", **common)
-            for base in ("foundation", "parallel") if base in p.head.fusions]
+            for base in ("foundation", "parallel", "parallel_query") if base in p.head.fusions]
 
 
 def decoder_summary(reports: pd.DataFrame, hist: dict, info: dict) -> dict:
@@ -316,3 +321,99 @@ def explore_summary(comp: pd.DataFrame, tool: pd.DataFrame, domain: pd.DataFrame
             "tool_entity_f1_test": round(info["tool_entity_f1_test"], 4), "tool_examples": info["tool_examples"],
             "mix_share": info["mix_share"], "domain_paraphrase_rate": info["domain_paraphrase_rate"],
             "retention_fusion": info["retention_fusion"], "tool_fusion": info["tool_fusion"], "prompt_tokens": info["prompt_tokens"]}
+
+
+# ------------------------------------------------------------------ beyond the paper: abstention, degradation
+RELIABILITY_PRE = FUSION_PRE[1:]  # the heads' own convergence records (the same trained models)
+COVERAGES = tuple(round(c, 2) for c in np.arange(0.5, 1.0001, 0.05))
+
+
+def reliability_units(rel: pd.DataFrame, p: Params) -> dict[str, pd.DataFrame]:
+    """``selective_accuracy``: arm ``<fusion>_answered`` = the test questions the head answered at its dev-fitted
+    threshold, arm ``<fusion>_all`` = every test question (value = correct; unit question, cluster seed; the two
+    arms hold different questions, so the comparison is unpaired at the question level).
+    ``degradation_drop``: arm = fusion, value = clean − degraded correctness of the same test question."""
+    test = rel[rel["split"] == "test"]
+    parts = []
+    for fusion, g in test.groupby("fusion"):
+        parts.append(g[g["answered"]].assign(arm=f"{fusion}_answered"))
+        parts.append(g.assign(arm=f"{fusion}_all"))
+    sel = pd.concat(parts).rename(columns={"seed": "cluster", "key": "unit", "correct": "value"})
+    clean = test.set_index(["fusion", "seed", "key"])["correct"]
+    bad = rel[rel["split"] == "test_degraded"].set_index(["fusion", "seed", "key"])["correct"]
+    if not clean.index.sort_values().equals(bad.index.sort_values()):
+        raise ValueError("degraded predictions do not cover the same (fusion, seed, question) rows as the clean ones")
+    drop = (clean - bad.reindex(clean.index)).rename("value").reset_index()
+    return {"selective_accuracy": unit_table(sel),
+            "degradation_drop": unit_table(drop.rename(columns={"fusion": "arm", "seed": "cluster", "key": "unit"}))}
+
+
+def reliability_claim_specs(p: Params) -> list[ClaimSpec]:
+    r, seeds = p.reliability, p.head.seeds
+    common = dict(unit="question", cluster="seed", preconditions=RELIABILITY_PRE)
+    specs = [ClaimSpec(id=f"abstention_raises_accuracy_{f}", table="selective_accuracy", metric="VQA accuracy on answered questions",
+                       method=f"{f}_answered", baseline=f"{f}_all", paired=False,
+                       statement=f"{f}: abstaining below the dev-fitted confidence threshold (≈ {r.coverage:.0%} of dev questions "
+                                 f"answered, temperature-scaled) raises accuracy on the answered test questions ({seeds} seeds)", **common)
+             for f in r.abstention_fusions]
+    specs.append(ClaimSpec(id="selective_cascade_vs_foundation", table="selective_accuracy", metric="VQA accuracy on answered questions",
+                           method="cascade_answered", baseline="foundation_answered", paired=False,
+                           statement=f"at its dev-fitted threshold (≈ {r.coverage:.0%} coverage), cascade fusion is more accurate on the "
+                                     f"questions it answers than the foundation alone on its own ({seeds} seeds)", **common))
+    d = r.degrade
+    specs.append(ClaimSpec(id="degradation_cascade_vs_foundation", table="degradation_drop", metric="VQA accuracy drop under degradation",
+                           method="cascade", baseline="foundation", higher_is_better=False,
+                           statement=f"cascade fusion loses less VQA accuracy than the foundation alone when the test images are degraded "
+                                     f"(blur σ {d.blur:g}, gain {d.gain:g}, offset {d.offset:+g}, noise σ {d.noise:g}; no retraining; {seeds} seeds)",
+                           **common))
+    return specs
+
+
+def reliability_summary(rel: pd.DataFrame, info: dict, p: Params) -> dict:
+    from paperworks.core.adaptive import expected_calibration_error
+
+    out = {}
+    for fusion, g in rel.groupby("fusion"):
+        test, bad = g[g["split"] == "test"], g[g["split"] == "test_degraded"]
+        per = test.groupby("seed")
+        out[fusion] = {
+            "ece_raw": round(float(np.mean([expected_calibration_error(d["confidence_raw"].to_numpy(), d["correct"].to_numpy(), p.reliability.n_bins)
+                                            for _, d in per])), 4),
+            "ece_calibrated": round(float(np.mean([expected_calibration_error(d["confidence"].to_numpy(), d["correct"].to_numpy(), p.reliability.n_bins)
+                                                   for _, d in per])), 4),
+            "test_coverage": round(float(per["answered"].mean().mean()), 4),
+            "accuracy_all": round(float(per["correct"].mean().mean()), 4),
+            "accuracy_answered": round(float(test[test["answered"]].groupby("seed")["correct"].mean().mean()), 4),
+            "accuracy_degraded": round(float(bad.groupby("seed")["correct"].mean().mean()), 4),
+            "temperature_mean": round(float(np.mean([v["temperature"] for k, v in info["runs"].items() if k.rsplit("-", 1)[0] == fusion])), 4),
+        }
+        small = test[test["small"]]
+        if len(small):
+            out[fusion]["small_lesion_accuracy_degraded"] = round(float(bad[bad["small"]].groupby("seed")["correct"].mean().mean()), 4)
+    return {"fusions": out, "coverage_target": info["coverage_target"], "degrade": info["degrade"],
+            "mean_abs_pixel_change": round(info["mean_abs_pixel_change"], 3)}
+
+
+def reliability_plot_tables(rel: pd.DataFrame, p: Params) -> dict[str, pd.DataFrame]:
+    """``reliability.csv``: fusion × confidence bin (test, temperature-scaled, pooled over seeds): count, mean
+    confidence, accuracy; ``selective_accuracy.csv``: fusion × seed × coverage: accuracy on the most confident
+    share; ``degradation.csv``: fusion × seed × modality: clean and degraded accuracy."""
+    from paperworks.core.adaptive import reliability_bins
+    from paperworks.encoder_fusion.reliability import selective_curve
+
+    test = rel[rel["split"] == "test"]
+    rel_rows, sel_rows = [], []
+    for fusion, g in test.groupby("fusion"):
+        for calibrated, col in (("calibrated", "confidence"), ("raw", "confidence_raw")):
+            bins = reliability_bins(g[col].to_numpy(), g["correct"].to_numpy(), p.reliability.n_bins).to_frame()
+            rel_rows.append(bins.assign(fusion=fusion, confidence_kind=calibrated))
+        for s, d in g.groupby("seed"):
+            sel_rows.append(selective_curve(d["confidence"].to_numpy(), d["correct"].to_numpy(), np.array(COVERAGES))
+                            .assign(fusion=fusion, seed=int(s)))
+    deg = (rel[rel["split"] != "dev"].groupby(["fusion", "seed", "modality", "split"])["correct"].mean()
+           .unstack("split").rename(columns={"test": "clean", "test_degraded": "degraded"}).reset_index())
+    deg["drop"] = deg["clean"] - deg["degraded"]
+    return {"reliability.csv": pd.concat(rel_rows, ignore_index=True)[["fusion", "confidence_kind", "bin_low", "bin_high", "count",
+                                                                       "confidence", "accuracy"]],
+            "selective_accuracy.csv": pd.concat(sel_rows, ignore_index=True)[["fusion", "seed", "coverage", "answered", "accuracy"]],
+            "degradation.csv": deg[["fusion", "seed", "modality", "clean", "degraded", "drop"]]}

@@ -7,8 +7,8 @@ from paperworks.core.io import read_json, read_parquet, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion import report
-from paperworks.encoder_fusion.artifacts import (DECODER, EXPLORE, FEATURES, METRICS, MODELS, PANEL, PLOTS, VOLUME_VQA, VOLUMES,
-                                                 VQA)
+from paperworks.encoder_fusion.artifacts import (DECODER, EXPLORE, FEATURES, METRICS, MODELS, PANEL, PLOTS, RELIABILITY,
+                                                 VOLUME_VQA, VOLUMES, VQA)
 from paperworks.encoder_fusion.params import Params
 
 
@@ -35,18 +35,23 @@ def main() -> None:
     ex_domain = read_parquet(EXPLORE / "domain_reports.parquet")
     ex_hist = read_json(EXPLORE / "histories.json")
     ex_info = read_json(EXPLORE / "explore.json")
+    rel = read_parquet(RELIABILITY / "predictions.parquet")
+    rel_info = read_json(RELIABILITY / "reliability.json")
     units = {**report.vqa_units(pred), **report.panel_units(tau), **report.volume_units(vol_pred),
-             **report.decoder_units(dec_reports), **report.explore_units(ex_comp, ex_tool)}
+             **report.decoder_units(dec_reports), **report.explore_units(ex_comp, ex_tool), **report.reliability_units(rel, p)}
     pre = (report.preconditions(p, probe, enc_hist, vqa_hist, panel, ev) + report.volume_preconditions(p, vol_world, vol_hist, ev)
            + report.decoder_preconditions(p, dec_hist, dec_info, ev) + report.explore_preconditions(p, ex_hist, ex_info, ev))
     claims = evaluate_claims(report.claim_specs(p) + report.volume_claim_specs(p) + report.decoder_claim_specs(p)
-                             + report.explore_claim_specs(p), units, pre, ev, seed=seed, track="encoder_fusion")
+                             + report.explore_claim_specs(p) + report.reliability_claim_specs(p), units, pre, ev, seed=seed,
+                             track="encoder_fusion")
     write_unit_tables("encoder_fusion", units)
     write_text(PLOTS / "vqa_accuracy.csv", report.accuracy_plot_table(pred).to_csv(index=False, float_format="%.6g"))
     agree = tau.groupby("metric", as_index=False)["tau"].mean().rename(columns={"tau": "mean_tau"})
     write_text(PLOTS / "metric_agreement.csv", agree.to_csv(index=False, float_format="%.6g"))
     write_text(PLOTS / "volume_vqa.csv", report.volume_plot_table(vol_pred).to_csv(index=False, float_format="%.6g"))
     write_text(PLOTS / "report_roi_f1.csv", report.decoder_plot_table(dec_reports).to_csv(index=False, float_format="%.6g"))
+    for name, table in report.reliability_plot_tables(rel, p).items():
+        write_text(PLOTS / name, table.to_csv(index=False, float_format="%.6g"))
     write_json(METRICS, {
         "profile": raw.get("profile"),
         "synthetic": "every case, report, system and rater is simulated; no claim is clinical",
@@ -59,6 +64,7 @@ def main() -> None:
         "volume": {**report.volume_summary(vol_pred, vol_hist), "world": vol_world, "training_runs": p.volume.seeds},
         "report_decoder": {**report.decoder_summary(dec_reports, dec_hist, dec_info), "training_runs": p.decoder.seeds},
         "explore": {**report.explore_summary(ex_comp, ex_tool, ex_domain, ex_info), "training_runs": p.explore.seeds},
+        "reliability": {**report.reliability_summary(rel, rel_info, p), "training_runs": p.head.seeds},
         "preconditions": pre,
         "training_runs": p.head.seeds,
     })

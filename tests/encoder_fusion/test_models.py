@@ -75,3 +75,29 @@ def test_training_ends_at_the_best_dev_checkpoint():
     assert hist[0]["dev_accuracy"] == 1.0 and hist[-1]["dev_accuracy"] < 1.0  # the premise
     assert [r["step"] for r in hist if r["selected"]] == [0]
     assert (predict(model, tok, qemb, rows, qids).argmax(1).numpy() == first).all()
+
+
+def test_parallel_query_attends_only_inside_each_encoders_window_and_uses_every_encoder():
+    """SVA-like aggregation: output cell 0 (corner of a 3 × 3 grid, window 1) reads cells {0, 1, 3, 4} of every
+    encoder and nothing else; the queries are learned, so the output is not the foundation's projection."""
+    tok = _tokens(n=1)
+    m = build_fusion("parallel_query", DIMS, 5, 3, HP, seed=3)
+    base = m.fuse(tok)
+    assert base.shape == (1, 9, HP.d_model) and m.gates() == {}
+    for enc in ("foundation", "xray", "path"):
+        far, near = {k: v.clone() for k, v in tok.items()}, {k: v.clone() for k, v in tok.items()}
+        far[enc][0, 8] += 3 * torch.randn(DIMS[enc])    # outside cell 0's window
+        near[enc][0, 4] += 3 * torch.randn(DIMS[enc])   # inside it
+        assert torch.allclose(m.fuse(far)[0, 0], base[0, 0], atol=1e-6), enc
+        assert not torch.allclose(m.fuse(near)[0, 0], base[0, 0], atol=1e-3), enc
+    assert not torch.allclose(base, m.proj_f(tok["foundation"]), atol=1e-3)
+
+
+def test_parallel_query_shares_the_seeded_initialisation_and_unknown_fusions_fail():
+    a, b = build_fusion("parallel_query", DIMS, 5, 3, HP, seed=4), build_fusion("cascade", DIMS, 5, 3, HP, seed=4)
+    for k in ("proj_f.weight", "pos", "query.weight", "out.2.weight", "proj_x.weight", "proj_p.weight"):
+        assert torch.equal(a.state_dict()[k], b.state_dict()[k]), k
+    import pytest
+
+    with pytest.raises(ValueError, match="allowed foundation, parallel, parallel_query, cascade"):
+        build_fusion("sva", DIMS, 5, 3, HP, seed=4)

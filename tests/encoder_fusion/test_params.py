@@ -67,3 +67,23 @@ def test_bad_decoder_params_name_the_key():
     s = _default()
     del s["decoder"]
     assert "encoder_fusion.decoder" in _error(s)
+
+
+def test_bad_reliability_params_name_the_key():
+    s = _default()
+    s["reliability"]["coverage"] = 0
+    assert "encoder_fusion.reliability.coverage" in _error(s)
+    s = _default()
+    s["reliability"]["degrade"] = {"blur": 0.0, "gain": 1.0, "offset": 0.0, "noise": 0.0}
+    assert "changes nothing" in _error(s)
+    s = _default()
+    s["reliability"]["degrade"]["gain"] = 3
+    assert "encoder_fusion.reliability.degrade.gain" in _error(s)
+    s = _default()
+    s["head"]["fusions"] = ["foundation", "parallel", "cascade"]
+    s["reliability"]["abstention_fusions"] = ["parallel_query"]
+    assert "abstention_fusions ['parallel_query']: not trained" in _error(s)
+    s = _default()
+    s["reliability"]["abstention_fusions"] = ["sva"]
+    msg = _error(s)
+    assert "encoder_fusion.reliability.abstention_fusions" in msg and "'parallel_query'" in msg
