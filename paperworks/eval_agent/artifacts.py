@@ -74,3 +74,39 @@ def read_rollouts(root: Path = PLANNER) -> pd.DataFrame:
     if bad.any():
         raise ArtifactError(f"{root / 'rollouts.parquet'}: {int(bad.sum())} rows with inconsistent action counts or levels")
     return df
+
+# ---------------------------------------------------------------- the text-to-video suite (paper profile)
+T2V = DATA / "t2v"
+
+
+def t2v_prompts_frame(prompts) -> pd.DataFrame:
+    return pd.DataFrame([{"dim": b.dim, "index": b.index, "stratum": b.stratum, "prompt": b.prompt.model_dump_json(),
+                          "text": b.prompt.text()} for b in prompts], columns=PROMPT_SCHEMA.names)
+
+
+def read_t2v(root: Path = T2V) -> tuple[dict, pd.DataFrame]:
+    """The suite's record and its outcomes. When the suite is on, every (model, run, dimension) must hold the same number
+    of samples (prompts × samples per prompt) and every dimension of the record must be there; an off suite has none."""
+    suite = read_json(root / "suite.json")
+    if not isinstance(suite.get("enabled"), bool):
+        raise ArtifactError(f"{root / 'suite.json'}: no boolean 'enabled'")
+    df = read_outcomes(root)
+    if not suite["enabled"]:
+        if len(df):
+            raise ArtifactError(f"{root / 'outcomes.parquet'}: {len(df)} samples although suite.json says the suite is off")
+        return suite, df
+    try:
+        dims, per_run = list(suite["dims"]), int(suite["prompts_per_dim"]) * int(suite["samples_per_prompt"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"{root / 'suite.json'}: incomplete record ({e})") from None
+    sizes = df.groupby(["model", "run", "dim"]).size()
+    bad = sizes[sizes != per_run]
+    if len(bad) or set(df["dim"]) != set(dims):
+        raise ArtifactError(f"{root / 'outcomes.parquet'}: {len(bad)} (model, run, dimension) cells differ from {per_run} samples or the "
+                            f"dimensions {sorted(set(df['dim']))} differ from suite.json's {sorted(dims)}; rerun eval_agent_t2v_bench")
+    runs = df.groupby("model")["run"].nunique()
+    roles = df.drop_duplicates("model").set_index("model")["role"]
+    want = roles.map({"population": 1}).fillna(2)
+    if (runs != want.loc[runs.index]).any() or (sizes.groupby(level=["model", "run"]).size() != len(dims)).any():
+        raise ArtifactError(f"{root / 'outcomes.parquet'}: a model lacks a run or a dimension; rerun eval_agent_t2v_bench")
+    return suite, df

@@ -9,6 +9,13 @@ from paperworks.core.params import StrictModel
 
 Dim = Literal["colour", "presence", "count", "spatial", "quality"]
 DIMS: tuple[str, ...] = ("colour", "presence", "count", "spatial", "quality")
+# The text-to-video suite's dimensions: VBench's 16 less the two with no honest procedural analogue here
+# (aesthetic_quality: a learned human-preference predictor; temporal_style: camera motion, and the renderer has no
+# camera); human_action becomes object_action (the subject's requested motion). See docs/tracks/eval_agent.md.
+VDim = Literal["subject_consistency", "background_consistency", "temporal_flickering", "motion_smoothness", "dynamic_degree",
+               "imaging_quality", "object_class", "multiple_objects", "object_action", "colour", "spatial_relationship",
+               "scene", "appearance_style", "overall_consistency"]
+VDIMS: tuple[str, ...] = VDim.__args__  # type: ignore[attr-defined]
 
 
 class ZooParams(StrictModel):
@@ -74,12 +81,29 @@ class ClaimsParams(StrictModel):
     min_valid_action_rate: float = Field(0.9, gt=0, le=1, description="share of the trained planner's first-try actions that must be valid for its claims")
 
 
+class T2VParams(StrictModel):
+    """The text-to-video generators and the VBench-like suite (``paper`` profile; off in default and smoke)."""
+
+    enabled: bool = Field(False, description="build and evaluate the text-to-video suite (the paper profile turns it on)")
+    n_per_family: int = Field(2, ge=1, le=50, description="generators of each of the 4 in-domain families (V0–V3)")
+    n_held_out: int = Field(1, ge=1, le=50, description="generators of each of the 3 held-out families (H0–H2)")
+    n_population: int = Field(20, ge=5, le=1000, description="in-domain generators that only build the five-level reference tables")
+    dims: list[VDim] = Field(default_factory=lambda: list(VDIMS), min_length=1)
+    prompts_per_dim: int = Field(68, ge=2, le=5000, description="prompts per dimension (14 × 68 × 5 = 4,760 clips per model, VBench: 4,730)")
+    samples_per_prompt: int = Field(5, ge=1, le=20)
+    n_frames: int = Field(8, ge=6, le=64, description="frames per clip (64 × 64)")
+    flicker_threshold: float = Field(0.02, gt=0, le=1, description="a clip passes temporal_flickering when the frame-to-frame brightness std / mean is below this")
+    jerk_threshold: float = Field(0.04, gt=0, le=1, description="motion_smoothness: RMS second difference of the subject's track (normalised units) below this")
+    dynamic_threshold: float = Field(0.1, gt=0, le=1, description="dynamic_degree / object_action: the subject must travel at least this far (normalised)")
+
+
 class Params(StrictModel):
     zoo: ZooParams = ZooParams()
     tools: ToolParams
     agent: AgentParams = AgentParams()
     planner: PlannerParams = PlannerParams()
     claims: ClaimsParams = ClaimsParams()
+    t2v: T2VParams = T2VParams()
 
     @model_validator(mode="after")
     def _fits(self) -> "Params":
@@ -93,6 +117,12 @@ class Params(StrictModel):
                              f"for training records (zoo.n_population = {self.zoo.n_population})")
         if self.planner.hidden % self.planner.heads:
             raise ValueError(f"planner.hidden = {self.planner.hidden} is not a multiple of planner.heads = {self.planner.heads}")
+        t2v_pool = self.t2v.prompts_per_dim * self.t2v.samples_per_prompt
+        if self.t2v.enabled and cap > t2v_pool:
+            raise ValueError(f"agent.batch_size × agent.max_rounds = {cap} exceeds one text-to-video dimension's benchmark "
+                             f"(t2v.prompts_per_dim × t2v.samples_per_prompt = {t2v_pool})")
+        if len(set(self.t2v.dims)) != len(self.t2v.dims):
+            raise ValueError(f"t2v.dims: items must be distinct (got {self.t2v.dims})")
         if len(set(self.zoo.dims)) != len(self.zoo.dims):
             raise ValueError(f"zoo.dims: items must be distinct (got {self.zoo.dims})")
         return self

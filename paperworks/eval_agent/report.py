@@ -38,17 +38,21 @@ def levels(outcomes: pd.DataFrame, dims: list[str]) -> dict[str, tuple[float, ..
     return {d: reference_edges(pop[pop["dim"] == d].groupby("model")["tool"].mean().to_numpy()) for d in dims}
 
 
-def run_sessions(outcomes: pd.DataFrame, p: Params, seed: int) -> tuple[pd.DataFrame, dict, list[dict]]:
+def run_sessions(outcomes: pd.DataFrame, p: Params, seed: int, dims: list[str] | None = None,
+                 strata: dict[str, tuple[str, ...]] | None = None) -> tuple[pd.DataFrame, dict, list[dict]]:
     """Every (model, dimension, repeat) session of every arm on the in-family and held-out models.
 
+    ``dims``/``strata`` default to the image suite's (``zoo.dims``, ``world.STRATA``); the text-to-video suite passes its own.
     Also returns the example sessions (``pick_examples``): the agent's full record of a few sessions."""
-    edges = levels(outcomes, p.zoo.dims)
+    dims = list(p.zoo.dims) if dims is None else list(dims)
+    strata = STRATA if strata is None else strata
+    edges = levels(outcomes, dims)
     rows, kept = [], []
     models = outcomes[outcomes["role"] != "population"][["model", "family", "role"]].drop_duplicates().sort_values("model")
     for m in models.itertuples(index=False):
-        for dim in p.zoo.dims:
+        for dim in dims:
             truth_pool, pool = pools(outcomes, m.model, "a", dim), pools(outcomes, m.model, "b", dim)
-            n_strata = len(STRATA[dim])
+            n_strata = len(strata[dim])
             weights = np.bincount(pool.stratum, minlength=n_strata) / len(pool.stratum)
             truth = float(truth_pool.outcome.mean())
             mo = outcomes[(outcomes["model"] == m.model) & (outcomes["run"] == "a") & (outcomes["dim"] == dim)]
@@ -70,7 +74,7 @@ def run_sessions(outcomes: pd.DataFrame, p: Params, seed: int) -> tuple[pd.DataF
     df["exact"] = (df["level"] == df["truth_level"]).astype(float)
     df["within_one"] = ((df["level"] - df["truth_level"]).abs() <= 1).astype(float)
     df["abs_error"] = (df["estimate"] - df["truth_score"]).abs()
-    examples = [example_record(kind, base, rep, s, outcomes, edges[base["dim"]]) for kind, (base, rep, s) in pick_examples(kept)]
+    examples = [example_record(kind, base, rep, s, outcomes, edges[base["dim"]], strata) for kind, (base, rep, s) in pick_examples(kept)]
     return df, {d: list(e) for d, e in edges.items()}, examples
 
 
@@ -108,10 +112,11 @@ def pick_examples(kept: list[tuple[dict, int, "object"]]) -> list[tuple[str, tup
     return chosen
 
 
-def example_record(kind: str, base: dict, rep: int, s, outcomes: pd.DataFrame, edges: tuple[float, ...]) -> dict:
+def example_record(kind: str, base: dict, rep: int, s, outcomes: pd.DataFrame, edges: tuple[float, ...],
+                   strata: dict[str, tuple[str, ...]] = STRATA) -> dict:
     """One session's full record: per round the samples read (prompt, sample, sub-aspect, the tools' and the renderer's
     verdict), the allocation, the running estimate with its interval and the levels it spans, and the decision."""
-    dim, aspects = base["dim"], STRATA[base["dim"]]
+    dim, aspects = base["dim"], strata[base["dim"]]
     pool = pools(outcomes, base["model"], "b", dim)
     g = outcomes[(outcomes["model"] == base["model"]) & (outcomes["run"] == "b") & (outcomes["dim"] == dim)].sort_values(["prompt", "sample"])
     renderer = g["truth"].to_numpy()
@@ -151,15 +156,20 @@ def session_units(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return tables
 
 
+def tool_agreement(outcomes: pd.DataFrame, families: tuple[str, ...], name: str, threshold: float) -> dict:
+    """Precondition: per (family, dimension) of the given families' non-population samples, tool verdict = renderer verdict."""
+    known = outcomes[outcomes["family"].isin(families) & (outcomes["role"] != "population")]
+    acc = known.assign(ok=(known["tool"] == known["truth"]).astype(float)).groupby(["family", "dim"])["ok"].mean()
+    worst = acc.idxmin()
+    return precondition(name, bool(acc.min() >= threshold), round(float(acc.min()), 4), threshold,
+                        f"tool verdict = renderer verdict on the benchmark samples of families {', '.join(families)}; lowest: family "
+                        f"{worst[0]}, {worst[1]} {acc.min():.3f} (all: " + ", ".join(f"{f}/{d} {v:.3f}" for (f, d), v in acc.items()) + ")")
+
+
 def preconditions(outcomes: pd.DataFrame, tool_curve: list[float], p: Params, ev) -> list[dict]:
     from paperworks.core.claims import convergence, learned
 
-    known = outcomes[outcomes["family"].isin(KNOWN_FAMILIES) & (outcomes["role"] != "population")]
-    acc = known.assign(ok=(known["tool"] == known["truth"]).astype(float)).groupby(["family", "dim"])["ok"].mean()
-    worst = acc.idxmin()
-    return [precondition(TOOLS_OK, bool(acc.min() >= p.claims.min_tool_accuracy), round(float(acc.min()), 4), p.claims.min_tool_accuracy,
-                         f"tool verdict = renderer verdict on the benchmark samples of families A, B; lowest: family {worst[0]}, "
-                         f"{worst[1]} {acc.min():.3f} (all: " + ", ".join(f"{f}/{d} {v:.3f}" for (f, d), v in acc.items()) + ")"),
+    return [tool_agreement(outcomes, KNOWN_FAMILIES, TOOLS_OK, p.claims.min_tool_accuracy),
             convergence(TOOLS_CONVERGED, tool_curve, ev),
             learned(TOOLS_LEARNED, tool_curve, p.claims.min_rel_improvement, ev)]
 
@@ -347,9 +357,11 @@ def planner_summary(ps: pd.DataFrame) -> dict:
     return out
 
 
-def summary(df: pd.DataFrame, p: Params) -> dict:
+def summary(df: pd.DataFrame, p: Params, full: int | None = None) -> dict:
+    """Per role and arm: level agreement, error, samples and their share of one dimension's full benchmark (``full``;
+    default the image suite's ``zoo.prompts_per_dim × zoo.samples_per_prompt``)."""
     out = {}
-    full = p.zoo.prompts_per_dim * p.zoo.samples_per_prompt
+    full = p.zoo.prompts_per_dim * p.zoo.samples_per_prompt if full is None else full
     for role in ("in_family", "held_out"):
         d = df[df["role"] == role]
         for arm in ARMS:

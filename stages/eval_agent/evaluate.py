@@ -7,8 +7,9 @@ from paperworks.core.claims import claim_summary, evaluate_claims, evidence_bloc
 from paperworks.core.io import atomic_path, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
+from paperworks.core.io import ArtifactError
 from paperworks.eval_agent import diagnostics, queries, report
-from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts, read_zoo
+from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts, read_t2v, read_zoo
 from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
 from paperworks.eval_agent.params import Params
 
@@ -41,8 +42,22 @@ def main() -> None:
     attribution = diagnostics.attribution(sessions, oracle, rollouts)
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
     pre += report.planner_preconditions(planner, live_curve(report.PLANNER_CURVE), p, ev)
-    claims = evaluate_claims(report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p)
-                             + queries.open_claim_specs(p) + diagnostics.calibration_claim_specs(p), units, pre, ev, seed=seed, track="eval_agent")
+    specs = (report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p)
+             + queries.open_claim_specs(p) + diagnostics.calibration_claim_specs(p))
+    suite, t2v_outcomes = read_t2v()
+    if suite["enabled"] != p.t2v.enabled:
+        raise ArtifactError(f"data/eval_agent/t2v/suite.json: enabled={suite['enabled']} but eval_agent.t2v.enabled={p.t2v.enabled}; "
+                            "rerun eval_agent_t2v_bench")
+    t2v = None
+    if p.t2v.enabled:  # the text-to-video suite (paper profile): same sessions, tables and claim machinery, own ids
+        from paperworks.eval_agent import t2v_report  # imports the tools (torch): only when the suite is on
+
+        t2v_sessions, t2v_edges = t2v_report.sessions(t2v_outcomes, p, seed)
+        units.update(t2v_report.units(t2v_sessions))
+        pre += t2v_report.preconditions(t2v_outcomes, p)
+        specs += t2v_report.claim_specs(p)
+        t2v = t2v_report.summary(t2v_sessions, t2v_outcomes, t2v_edges, suite, p)
+    claims = evaluate_claims(specs, units, pre, ev, seed=seed, track="eval_agent")
     write_unit_tables("eval_agent", units)
     frame = report.plot_frame(sessions)
     write_text(PLOTS / "agreement.csv", frame.to_csv(index=False, float_format="%.6g"))
@@ -66,6 +81,7 @@ def main() -> None:
         "tool_accuracy": tools["per_family"],
         "preconditions": pre,
         "training_runs": 1,
+        **({"t2v": t2v} if t2v is not None else {}),
     })
     for c in claims:
         print(f"{c['id']}: {c['verdict']}  ({c['method_mean']} vs {c['baseline_mean']})")
