@@ -7,7 +7,8 @@ The new capability is **sql**: the same workplace request answered as a one-line
 with its own external verifier (:func:`verify_sql`): a regex parser of the subset (``select id|count from <table>
 where <field>=<value> [and …] [limit n]``) and an interpreter run on the world's hidden tables, compared with the
 reference query's result — so a query with its conditions in another order passes; nothing of the model's text is
-ever executed as Python. The base never saw a query (its corpus has the words, not the format).
+ever executed as Python; the parsed query must also equal the reference's up to the order of its conditions (on 30-row
+hidden tables ``limit 3`` and ``limit 4`` often return the same rows). The base never saw a query (its corpus has the words, not the format).
 
 :func:`add_specialist` is the operation a team runs to add a specialist to a live deployment: the four served
 adapters are loaded as named adapters of ONE peft model on the frozen base, a fifth named adapter is added and
@@ -37,27 +38,35 @@ def target(req: W.Request) -> str:
     return f" select id from {req.obj} where owner={req.owner} and status={req.status} limit {req.limit}"
 
 
-def run_sql(query: str, tables: dict[str, list[dict]]):
-    """Evaluate a query of the subset over ``tables``; a malformed query raises ``W.DSLError``."""
+def parse_sql(query: str) -> tuple[str, str, frozenset, int | None]:
+    """(select what, table, the set of (field, value) conditions, limit) of a query of the subset; ``W.DSLError`` else."""
     m = _SQL.match(query.strip())
     if m is None:
         raise W.DSLError(f"not a query of the subset: {query.strip()[:60]!r}")
     what, table, conds, limit = m.groups()
-    if table not in tables:
-        raise W.DSLError(f"unknown table {table!r}")
     parts = _COND.findall(conds)
     if parts and (parts[0][0] != "where" or any(k != "and" for k, _, _ in parts[1:])):
         raise W.DSLError("conditions must read 'where …' then 'and …'")
-    rows = [r for r in tables[table] if all(r[f] == v for _, f, v in parts)]
+    return what, table, frozenset((f, v) for _, f, v in parts), None if limit is None else int(limit)
+
+
+def run_sql(query: str, tables: dict[str, list[dict]]):
+    """Evaluate a query of the subset over ``tables``; a malformed query raises ``W.DSLError``."""
+    what, table, conds, limit = parse_sql(query)
+    if table not in tables:
+        raise W.DSLError(f"unknown table {table!r}")
+    rows = [r for r in tables[table] if all(r[f] == v for f, v in conds)]
     if limit is not None:
-        rows = rows[: int(limit)]
+        rows = rows[:limit]
     return len(rows) if what == "count" else [r["id"] for r in rows]
 
 
 def verify_sql(req: W.Request, text: str, tables: Sequence[dict[str, list[dict]]]) -> bool:
-    """Same result as the reference query on every hidden table set."""
+    """The reference query up to the order of its conditions (parsed: the same selection, table, set of conditions and
+    limit — the hidden tables alone cannot tell ``limit 3`` from ``limit 4`` when fewer rows match), and the same
+    result on every hidden table set."""
     try:
-        return all(run_sql(text, t) == run_sql(target(req), t) for t in tables)
+        return parse_sql(text) == parse_sql(target(req)) and all(run_sql(text, t) == run_sql(target(req), t) for t in tables)
     except W.DSLError:
         return False
 
