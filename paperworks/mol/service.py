@@ -91,15 +91,15 @@ class Deployment:
         self.refresh()
 
     def refresh(self) -> bool:
-        """Load the served version if ``serving.json`` changed since the last load; True when it (re)loaded."""
+        """Check the served files; load the served version if ``serving.json`` changed since the last load (True then)."""
         from paperworks.core.io import load_safetensors
         from paperworks.mol.fifth import deployment
         from paperworks.mol.versions import SERVING
 
+        served = self.store.serving()  # on every request: each served file re-hashed against the pointer (altered → error)
         pointer = (self.store.root / SERVING).read_bytes()
         if pointer == self._pointer and self.model is not None:
             return False
-        served = self.store.serving()  # every file re-hashed against the pointer
         tensors = {cap: load_safetensors(path) for cap, path in served["adapters"].items()}
         a = self.p.adapters
         self.model = deployment(self.base, a.rank, a.alpha_over_rank, tensors, seed=0)
