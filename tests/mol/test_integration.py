@@ -46,6 +46,26 @@ def test_smoke_pipeline(smoke_repo):
     assert set(pd.read_csv(smoke_repo / "plots/mol/lineage.csv")["status"]) == {"accepted", "rejected"}
     assert {"latest_version_beats_v0_on_new_traffic", "latest_version_retains_v0_suite"} <= set(claims)
     assert set(metrics["versions"]["rejected"]) >= {"cand2"} and metrics["versions"]["faulty_candidates_rejected"]
+    # the fifth specialist: one new adapter, the four read back byte-identical, their suites' per-item results unchanged
+    fifth = json.loads((smoke_repo / "metrics/mol_fifth.json").read_text())
+    assert fifth["all_checks_passed"] and {c["name"] for c in fifth["checks"]} >= {"the four adapters read back byte-identical",
+                                                                                 "the four suites' per-item results unchanged"}
+    assert "the fifth specialist learned its capability" in {p["name"] for p in fifth["preconditions"]}
+    assert set(fifth["summary"]["router"]["per_route_accuracy"]) == {"chat", "agent", "coding", "genui", "sql"}
+    for cap in ("chat", "agent", "coding", "genui", "sql"):
+        assert (smoke_repo / "data/mol/fifth/adapters" / f"{cap}.safetensors").exists()
+    for cap in ("chat", "agent", "coding", "genui"):
+        assert sha256_file(smoke_repo / "data/mol/fifth/adapters" / f"{cap}.safetensors") == \
+            sha256_file(smoke_repo / "data/mol/train/seed_0/adapters" / f"{cap}.safetensors")
+    # the one-shot CLI of the endpoint answers with the served version
+    import sys
+
+    from tests.conftest import run
+
+    out = json.loads(run([sys.executable, "-m", "paperworks.mol.service", "call a tool to show the open invoices of ana, limit 3",
+                          "also, list the draft files of bob, limit 2"], cwd=smoke_repo).stdout)
+    assert out["version"] == served["version"] and [t["turn"] for t in out["turns"]] == [0, 1]
+    assert all(t["adapter"]["sha256"] == served["sha256"][t["route"]] and t["latency_ms"] > 0 for t in out["turns"])
     img = Image.open(smoke_repo / "plots/mol/success.png")
     assert img.format == "PNG" and img.size[0] > 300
     out = dvc(smoke_repo, "repro", "--glob", "mol_*").stdout  # a second repro has nothing to do

@@ -1,0 +1,157 @@
+"""One cycle of the versioned loop, as a function: what the stage ``mol_versions`` runs once per configured cycle and
+what the Prefect deployment (``flows/mol_cycle.py``) runs once per scheduled run on a live version store.
+
+:class:`Loop` holds what every cycle needs (params, world, tokenizer, frozen base, the loop's suites / dev pools /
+audit traffic — deterministic from the params and the global seed, so the live store audits the same traffic the DVC
+stage did); :meth:`Loop.cycle` runs cycle ``k`` on a :class:`~paperworks.mol.versions.VersionStore`: audit with the
+served version → weakest capability → verified trajectories on seed problems → update that adapter → contract →
+accept or reject, and returns the lineage record.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from paperworks.core.io import load_safetensors
+from paperworks.core.seeding import derive_seed
+from paperworks.mol import versions as V
+from paperworks.mol import world as W
+from paperworks.mol.models import generate, lora_model, save_adapter, train_on
+
+
+class Bank:
+    """Greedy answers of an adapter file on items, verified; cached by (adapter sha256, pool, capability) — the same
+    bytes on the frozen base give the same greedy answers, so an untouched adapter is never re-run."""
+
+    def __init__(self, base, tok, a, tables):
+        from peft import get_peft_model_state_dict
+
+        self.model = lora_model(base, a.rank, a.alpha_over_rank, seed=0).eval()
+        self.shapes = {k: tuple(v.shape) for k, v in get_peft_model_state_dict(self.model).items()}
+        self.tok, self.mnt, self.tables = tok, a.max_new_tokens, tables
+        self.cache: dict[tuple[str, str, str], list[bool]] = {}
+
+    def load(self, model, path: Path) -> None:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(model, load_safetensors(path, self.shapes))
+
+    def outputs(self, path: Path, items: list[dict]) -> list[str]:
+        self.load(self.model, path)
+        return generate(self.model, self.tok, [x["prompt"] for x in items], self.mnt)
+
+    def successes(self, path: Path, pool: str, cap: str, items: list[dict]) -> list[bool]:
+        key = (V.sha256_file(path), pool, cap)
+        if key not in self.cache:
+            outs = self.outputs(path, items)
+            self.cache[key] = [bool(W.verify(cap, W.request_from_dict(x), o, self.tables)) for x, o in zip(items, outs)]
+        return self.cache[key]
+
+
+def verified_share(items: list[dict], tables):
+    def share(outputs: list[str]) -> float:
+        return sum(W.verify(x["capability"], W.request_from_dict(x), o, tables) for x, o in zip(items, outputs)) / len(items)
+    return share
+
+
+class Loop:
+    """Everything a cycle needs, built once: ``p`` (the mol params), ``g`` (the global seed), the world, the tokenizer,
+    the frozen base and its config, ``ev`` (evidence params: alpha, bootstrap resamples)."""
+
+    def __init__(self, p, g: int, world: dict, tok, base, cfg, ev):
+        self.p, self.g, self.world, self.tok, self.base, self.cfg, self.ev = p, g, world, tok, base, cfg, ev
+        self.a, self.vp = p.adapters, p.versions
+        self.tables = world["tables"]
+        self.data = V.build_loop_data(world, self.vp, p.world.weak_cue_share, self.rng_for)
+        self.suites, self.dev = self.data["suites"], self.data["dev"]
+        self.held = V.held_out_bodies(world, self.suites) | {V.body(x) for d in self.dev.values() for items in d.values() for x in items}
+        self.bank = Bank(base, tok, self.a, self.tables)
+        self.suite_hash = {sid: V.sha256_json(s) for sid, s in self.suites.items()}
+        self.config = {"update_steps": self.vp.update_steps, "update_lr": self.vp.update_lr, "replay_items": self.vp.replay_items,
+                       "rank": self.a.rank, "teacher_samples": self.vp.teacher_samples, "teacher_noise": self.vp.teacher_noise,
+                       "seed_problems": self.vp.seed_problems, "eval_every": self.vp.eval_every, "contract": self.vp.contract.model_dump()}
+
+    def rng_for(self, *parts) -> np.random.Generator:
+        return np.random.default_rng(derive_seed(self.g, "mol", "versions", *parts))
+
+    def init_store(self, store: V.VersionStore, adapters: dict[str, Path]) -> str:
+        """v0 = the four specialists of ``versions.seed`` (``adapters``: capability → file)."""
+        a, vp = self.a, self.vp
+        return store.init(adapters, {"candidate": "-", "shift": 0, "faulty": False,
+                                     "config": {"specialists_seed": vp.seed, "steps": a.steps, "rank": a.rank, "lr": a.lr},
+                                     "data": {"train_sha256": V.sha256_json(self.world["train"]), "suites_sha256": {"0": self.suite_hash["0"]}}})
+
+    @staticmethod
+    def suite_of(store: V.VersionStore) -> dict[str, str]:
+        """The acceptance suite each accepted version brought in (v0: the world's test suites, "0")."""
+        return {r["version"]: str(r.get("shift", 0)) for r in store.lineage() if r["status"] == "accepted"}
+
+    def cycle(self, store: V.VersionStore, k: int, scratch: Path) -> dict:
+        """Run configured cycle ``k`` (1-based) on ``store``; returns its lineage record (with ``cpu_s``)."""
+        a, vp, p, g = self.a, self.vp, self.p, self.g
+        if not 1 <= k <= len(vp.cycles):
+            raise ValueError(f"cycle {k}: mol.versions.cycles configures cycles 1..{len(vp.cycles)}")
+        cycle = vp.cycles[k - 1]
+        suites, dev, bank, tables = self.suites, self.dev, self.bank, self.tables
+        suite_of = self.suite_of(store)
+        t0 = time.process_time()
+        cand = f"cand{k}"
+        s = str(cycle.shift)
+        served = store.serving()
+        audit = {cap: float(np.mean(bank.successes(served["adapters"][cap], f"audit{k}", cap, self.data["audit"][k - 1][cap])))
+                 for cap in W.CAPABILITIES}
+        cap = V.pick_weakest(audit)
+        problems = V.traffic_items(self.rng_for("problems", k, cap), cap, vp.seed_problems, cycle.shift, vp.new_verb_share, self.held,
+                                   p.world.weak_cue_share)
+        own = bank.outputs(served["adapters"][cap], problems)
+        kept, stats = V.propose_trajectories(self.rng_for("teacher", k), problems, cap, own, vp.teacher_samples, vp.teacher_noise,
+                                             tables, cycle.faulty)
+        pool = self.world["train"][cap]
+        replay = [pool[i] for i in sorted(self.rng_for("replay", k).choice(len(pool), min(vp.replay_items, len(pool)), replace=False))]
+        update = kept + replay
+        V.check_update_disjoint(update, self.held)
+
+        model = lora_model(self.base, a.rank, a.alpha_over_rank, derive_seed(g, "mol", "versions", "lora", k))
+        bank.load(model, served["adapters"][cap])
+        history = train_on(model, self.tok, update, dev[s][cap], vp.update_steps, vp.update_lr, a, self.cfg.max_positions,
+                           derive_seed(g, "mol", "versions", "order", k), vp.eval_every, None, f"{cand} {cap}",
+                           verified_share(dev[s][cap], tables))
+        cand_file = Path(scratch) / f"{cand}_{cap}.safetensors"
+        save_adapter(model, cand_file, a.rank, a.alpha_over_rank * a.rank)
+        del model
+
+        new_c = bank.successes(cand_file, f"suite{s}", cap, suites[s][cap])
+        new_p = bank.successes(served["adapters"][cap], f"suite{s}", cap, suites[s][cap])
+        retention, ret_means = {}, {}
+        for sid in sorted(set(suite_of.values())):
+            pair = (bank.successes(cand_file, f"suite{sid}", cap, suites[sid][cap]),
+                    bank.successes(served["adapters"][cap], f"suite{sid}", cap, suites[sid][cap]))
+            retention[sid] = {c: (pair if c == cap else None) for c in W.CAPABILITIES}
+            ret_means[sid] = {"candidate": float(np.mean(pair[0])), "parent": float(np.mean(pair[1]))}
+        cand_sha = V.sha256_file(cand_file)
+        identical = {c: (cand_sha if c == cap else served["sha256"][c]) == served["sha256"][c] for c in W.CAPABILITIES}
+        checks = V.contract_checks(vp.contract, cap, data_verified=V.verified_share_of(update, cap, tables), new_suite=(new_c, new_p),
+                                   retention=retention, identical=identical, alpha=self.ev.alpha, n_boot=self.ev.bootstrap_resamples,
+                                   seed=derive_seed(g, "mol", "versions", "contract", k))
+        rec = store.propose(cand, cap, cand_file, checks, {
+            "shift": cycle.shift, "faulty": cycle.faulty, "audit": audit, "weakest": cap, "trajectories": stats,
+            "registry": W.registry(cycle.shift), "components": W.components(cycle.shift),
+            "data": {"update_sha256": V.sha256_json([[x["prompt"], x["target"]] for x in update]),
+                     "problems_sha256": V.sha256_json(problems), "update_items": len(update), "replay_items": len(replay),
+                     "suites_sha256": {sid: self.suite_hash[sid] for sid in sorted({s, *suite_of.values()})}},
+            "config": self.config, "history": history,
+            "new_suite": {"suite": s, "candidate": float(np.mean(new_c)), "parent": float(np.mean(new_p))},
+            "retention": ret_means})
+        print(f"{cand} (shift {s}{', faulty' if cycle.faulty else ''}): audit {audit} → update {cap}; kept "
+              f"{stats['kept']}/{stats['proposed']}; new suite {np.mean(new_c):.3f} vs parent {np.mean(new_p):.3f} → "
+              f"{rec['status']}{' as ' + rec['version'] if rec['version'] else ''}"
+              + (f" ({'; '.join(rec['failed_checks'])})" if rec["failed_checks"] else ""))
+        return {**rec, "cpu_s": time.process_time() - t0}
+
+    def answers(self, store: V.VersionStore) -> dict:
+        """Every accepted version on every acceptance suite, per item (the per-unit values of the loop's claims)."""
+        return {version: {sid: {cap: self.bank.successes(store.path(version, cap), f"suite{sid}", cap, self.suites[sid][cap])
+                                for cap in W.CAPABILITIES} for sid in sorted(self.suites)}
+                for version in store.accepted_versions()}
