@@ -214,13 +214,17 @@ def test_strategy_protocols_come_from_another_question_and_name_none_of_its_enti
 def test_a_malformed_protocol_is_never_a_strategy_protocol(setup):
     good = {"task_type": "multi_hop_bridge", "plan": ["search x y ceo", REDIRECT_RULE, "answer with the last fact"],
             "grounding_facts": ["x y see z w"], "partial_findings": [], "answer_verified": True}
-    bad = dict(good, plan=" then ".join(good["plan"]))   # the rule is there, the plan is not a list
+    # malformed but otherwise a perfect donor: a sixth field (the rule, the task type and the flag all match)
+    bad = dict(good, verdict="trust me")
     with pytest.raises(ProtocolError):
         parse_protocol(json.dumps(bad))
+    q = [{"qid": "q", "task_type": "multi_hop_bridge", "redirected": True, "chain": ["p1|employer", "o1|ceo"], "answer": "ann lee"}]
+    names = {"p1": ("bo ka",), "o1": ("lu labs",)}
+    only_bad = valid_protocols([{"qid": "d1", "teacher": "opus", "protocol_json": json.dumps(bad)}])
+    assert strategy_donors(q, [{"qid": "d1", "task_type": "multi_hop_bridge"}], only_bad, "opus", names, 0) == {}
     rows = [{"qid": "d1", "teacher": "opus", "protocol_json": json.dumps(bad)},
             {"qid": "d2", "teacher": "opus", "protocol_json": json.dumps(good)}]
     protocols = valid_protocols(rows)
     pool = [{"qid": "d1", "task_type": "multi_hop_bridge"}, {"qid": "d2", "task_type": "multi_hop_bridge"}]
-    q = [{"qid": "q", "task_type": "multi_hop_bridge", "redirected": True, "chain": ["p1|employer", "o1|ceo"], "answer": "ann lee"}]
-    donors = strategy_donors(q, pool, protocols, "opus", {"p1": ("bo ka",), "o1": ("lu labs",)}, 0)
-    assert donors == {"q": good}
+    for seed in range(4):   # whichever order the donors are tried in
+        assert strategy_donors(q, pool, protocols, "opus", names, seed) == {"q": good}
