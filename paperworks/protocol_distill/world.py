@@ -218,9 +218,11 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
                 raise ValueError(f"transfer_share {cfg.transfer_share} leaves no entity of a type outside the region")
             region.update(group[i] for i in region_rng.choice(len(group), size=k, replace=False))
 
+    # facts stay on their subject's side of the region boundary (each side's list built once, in order)
+    sides = {id(g): ([x for x in g if x not in region], [x for x in g if x in region]) for g in (persons, orgs, cities)}
+
     def side(group: list[str], eid: str) -> list[str]:
-        # facts stay on their subject's side of the region boundary
-        return [x for x in group if (x in region) == (eid in region)] if region else group
+        return sides[id(group)][eid in region] if region else group
 
     facts: dict[tuple[str, str], str] = {}
     for eid, name, nick in zip(persons, names, nicknames):
