@@ -580,11 +580,13 @@ def test_claims_rest_on_the_gap_of_their_own_teacher_and_size():
     from paperworks.protocol_distill.report import redirect_gap_name, transfer_gap_name
 
     p = _params(sizes=["tiny", "small"])
+    # issue 15's world (the switches on, as in smoke and paper; default keeps them off until its run is made)
+    p = p.model_copy(update={"world": p.world.model_copy(update={"redirects": p.world.redirects.model_copy(update={"enabled": True}),
+                                                               "transfer": p.world.transfer.model_copy(update={"enabled": True})})})
     specs = {s.id: s for s in claim_specs(p, {"grpo", "opsd", "trace", "mapd_opus", "mapd_gemini", "mapd_opus_styled"})}
     assert gap_name("gemini", "small", 20) in specs["mapd_gemini_vs_grpo_small"].preconditions
-    # issue 15's world (default): MAPD's claims rest on the gap where the protocol's strategy applies,
-    # with the question's own protocol and with another question's on the transfer questions
-    assert p.world.redirects.enabled and p.world.transfer.enabled
+    # MAPD's claims rest on the gap where the protocol's strategy applies, with the question's own
+    # protocol and with another question's on the transfer questions
     assert {redirect_gap_name("opus", "tiny", 20), transfer_gap_name("opus", "tiny", 20)} <= set(specs["mapd_vs_grpo_tiny"].preconditions)
     for extra in ("mapd_vs_grpo_redirected_tiny", "mapd_vs_grpo_transfer_tiny", "mapd_vs_grpo_transfer_redirected_tiny"):
         assert specs[extra].role == "exploratory"
