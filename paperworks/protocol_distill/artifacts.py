@@ -24,7 +24,7 @@ QUESTION_SCHEMA = pa.schema([
     ("qid", pa.string()), ("qset", pa.string()), ("pool", pa.string()), ("task_type", pa.string()),
     ("text", pa.string()), ("answer", pa.string()), ("chain", pa.list_(pa.string())),
     ("subject_mention", pa.string()), ("surfaces", pa.list_(pa.string())),
-    ("uses_alias", pa.bool_()), ("collides", pa.bool_()),
+    ("uses_alias", pa.bool_()), ("collides", pa.bool_()), ("redirected", pa.bool_()),
 ])
 PROTOCOL_SCHEMA = pa.schema([
     ("qid", pa.string()), ("teacher", pa.string()), ("protocol_json", pa.string()), ("valid", pa.bool_()),
@@ -36,7 +36,7 @@ RUN_SCHEMA = pa.schema([
     ("teacher", pa.string()), ("kl_coef", pa.float64()),
     ("qid", pa.string()), ("qset", pa.string()), ("em", pa.float64()), ("answered", pa.float64()),
     ("length", pa.float64()), ("style_drift", pa.float64()), ("unsupported", pa.float64()), ("n_searches", pa.float64()),
-    ("max_completion", pa.int64()),
+    ("max_completion", pa.int64()), ("pool", pa.string()), ("redirected", pa.bool_()),
 ])
 
 
@@ -87,3 +87,11 @@ def read_docs() -> list[str]:
     if not isinstance(data, dict) or not isinstance(data.get("docs"), list) or not data["docs"]:
         raise ArtifactError(f"{WORLD_JSON}: expected an object with a non-empty 'docs' list")
     return data["docs"]
+
+
+def read_entity_names() -> dict[str, tuple[str, ...]]:
+    """eid → every name the entity goes by (its name, and the name a renamed entity's documents use)."""
+    data = read_json(WORLD_JSON)
+    if not isinstance(data, dict) or not isinstance(data.get("entities"), list):
+        raise ArtifactError(f"{WORLD_JSON}: expected an object with an 'entities' list")
+    return {e["eid"]: tuple(n for n in (e["name"], e.get("filed_as")) if n) for e in data["entities"]}

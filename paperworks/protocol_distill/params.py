@@ -50,6 +50,22 @@ class PoolSizes(StrictModel):
     warm: int = Field(ge=1, le=1_000_000, description="questions per set for the warm-start demonstrations")
     online: int = Field(ge=1, le=1_000_000, description="questions per set for online training")
     test: int = Field(ge=1, le=1_000_000, description="held-out questions per set")
+    transfer: int = Field(0, ge=0, le=1_000_000, description="test questions per set on the closed transfer region "
+                          "(needs world.transfer.enabled)")
+
+
+class RedirectParams(StrictModel):
+    """Issue 15's transferable strategy: renamed organisations and cities behind redirect documents."""
+
+    enabled: bool = Field(False, description="the switch: renamed entities, redirect documents ('<old> see <new>'), "
+                          "the teachers' repair rule in their protocols, and no repair in the student branch's demonstrations")
+    share: float = Field(0.5, gt=0, le=0.9, description="share of the organisations and of the cities that were renamed")
+
+
+class TransferParams(StrictModel):
+    enabled: bool = Field(False, description="a closed region of the world whose questions (pool 'transfer') share no "
+                          "entity with any training question or protocol")
+    share: float = Field(0.15, gt=0, le=0.5, description="share of the people, organisations and cities in the region")
 
 
 class WorldParams(StrictModel):
@@ -60,6 +76,20 @@ class WorldParams(StrictModel):
     doc_forms: int = Field(1, ge=1, le=3, description="relation words a fact's document may use, drawn per fact "
                                                       "(1: always the canonical word)")
     questions: PoolSizes
+    redirects: RedirectParams = RedirectParams()
+    transfer: TransferParams = TransferParams()
+
+    @model_validator(mode="after")
+    def _transfer_questions_need_the_region(self) -> "WorldParams":
+        if self.transfer.enabled != (self.questions.transfer > 0):
+            raise ValueError("world.questions.transfer must be > 0 exactly when world.transfer.enabled is true")
+        return self
+
+    def redirect_share(self) -> float:
+        return self.redirects.share if self.redirects.enabled else 0.0
+
+    def transfer_share(self) -> float:
+        return self.transfer.share if self.transfer.enabled else 0.0
 
 
 class SearchParams(StrictModel):
@@ -75,6 +105,8 @@ class WarmMix(StrictModel):
     plain: float = Field(ge=0, le=1)
     protocol: float = Field(ge=0, le=1)
     answer: float = Field(ge=0, le=1)
+    strategy: float = Field(0.0, ge=0, le=1, description="another question's protocol (a strategy protocol) in front of "
+                            "this question: the privileged branch learns to take the strategy, not the instance, from it")
 
 
 class StepsPerSize(StrictModel):
@@ -101,6 +133,9 @@ class WarmStartParams(StrictModel):
                                 "the privileged branch never learns to read a styled protocol and the style test cannot fail")
     heldout_examples: int = Field(128, ge=8, le=100_000, description="demonstrations of warm-pool questions held out of training; "
                                   "their loss is the curve the convergence check reads")
+    plain_redirect: Literal["omit", "no_repair"] = Field("omit", description="the student branch's demonstration of a question "
+                                                         "whose episode meets a redirect: none ('omit') or the episode cut at the "
+                                                         "redirect and answered with the entity it names ('no_repair'); never the repair")
 
 
 class OnlineParams(StrictModel):
@@ -115,6 +150,10 @@ class OnlineParams(StrictModel):
     kl_coef: float = Field(ge=0, le=10, description="λ of the KL term (OPSD, MAPD) unless the run name sets it")
     kl_warmup_steps: int = Field(ge=0)
     kl_direction: Literal["reverse", "forward"]
+    kl_protocol: Literal["instance", "strategy"] = Field("instance", description="what MAPD's privileged branch reads: "
+                                                         "the online question's own protocol (the paper's; its grounding facts "
+                                                         "hold the answer) or a strategy protocol (another online question's of "
+                                                         "the same task type and failure kind, naming none of its entities)")
     probe_every: int = Field(ge=1)
 
     @field_validator("runs")
@@ -194,4 +233,10 @@ class Params(StrictModel):
 
     def branches(self) -> list[str]:
         """Every branch the warm-start report measures: student, answer, each teacher's protocol, styled variants."""
-        return ["student", "answer", *self.teachers, *(f"{t}_styled" for t in self.style_teachers)]
+        return ["student", "answer", *self.teachers, *(f"{t}_styled" for t in self.style_teachers), *self.strategy_branches()]
+
+    def strategy_branches(self) -> list[str]:
+        """The strategy-protocol branch of the first teacher (what MAPD reads with kl_protocol = strategy),
+        measured whenever the world has redirects or a transfer region."""
+        on = self.world.redirects.enabled or self.world.transfer.enabled or self.online.kl_protocol == "strategy"
+        return [f"{self.teachers[0]}_strategy"] if on else []

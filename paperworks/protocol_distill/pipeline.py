@@ -1,11 +1,11 @@
 """Glue shared by the training stages: loading the world's tools and building prompts per branch."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from paperworks.core.lm.tokenizer import load_tokenizer
 from paperworks.protocol_distill import artifacts as A
-from paperworks.protocol_distill.demos import encode_prompt, valid_protocols
+from paperworks.protocol_distill.demos import encode_prompt, strategy_donors, valid_protocols
 from paperworks.protocol_distill.episode import EPISODE_TOKENS, Codec, answer_context
 from paperworks.protocol_distill.protocol import protocol_to_context
 from paperworks.protocol_distill.search import SearchTool
@@ -19,26 +19,41 @@ class Workspace:
     questions: list[dict]
     protocol_rows: list[dict]
     protocols: dict
+    names: dict[str, tuple[str, ...]] = field(default_factory=dict)   # eid → every name it goes by
+    _donors: dict = field(default_factory=dict, repr=False)
 
     def pool(self, name: str) -> list[dict]:
         return [q for q in self.questions if q["pool"] == name]
+
+    def donors(self, teacher: str) -> dict[str, dict]:
+        """qid → strategy protocol of ``teacher`` for every question, drawn from the ONLINE pool (another
+        question's, naming none of the question's entities; see demos.strategy_donors). The same map
+        serves MAPD's KL (online questions) and the strategy branch's evaluation (test, transfer)."""
+        if teacher not in self._donors:
+            self._donors[teacher] = strategy_donors(self.questions, self.pool("online"), self.protocols, teacher, self.names, seed=0)
+        return self._donors[teacher]
 
 
 def load_workspace(top_k: int) -> Workspace:
     codec = Codec(load_tokenizer(A.TOKENIZER))
     rows = A.read_protocol_rows()
-    return Workspace(codec, SearchTool(A.read_docs(), top_k), A.read_questions(), rows, valid_protocols(rows))
+    return Workspace(codec, SearchTool(A.read_docs(), top_k), A.read_questions(), rows, valid_protocols(rows),
+                     A.read_entity_names())
 
 
 def branch_prompts(ws: Workspace, questions: list[dict], branch: str) -> list[list[int]]:
-    """Prompts of one branch: "student" (question only), "answer" (question + reference answer) or a
-    teacher name (question + that teacher's protocol; a rejected protocol leaves the question bare)."""
+    """Prompts of one branch: "student" (question only), "answer" (question + reference answer), a
+    teacher name (question + that teacher's protocol; a rejected protocol leaves the question bare) or
+    "<teacher>_strategy" (question + a strategy protocol: another question's, see ``Workspace.donors``)."""
     out = []
     for q in questions:
         if branch == "student":
             ctx = ""
         elif branch == "answer":
             ctx = answer_context(q["answer"])
+        elif branch.endswith("_strategy"):
+            p = ws.donors(branch.removesuffix("_strategy")).get(q["qid"])
+            ctx = protocol_to_context(p) if p is not None else ""
         else:
             p = ws.protocols.get((q["qid"], branch))
             ctx = protocol_to_context(p) if p is not None else ""

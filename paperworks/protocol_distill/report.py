@@ -7,11 +7,18 @@ import pandas as pd
 from paperworks.core.claims import ClaimSpec, EvidenceParams, combine, convergence, precondition, unit_table
 from paperworks.core.stats import compare_clustered, mean_ci
 from paperworks.protocol_distill.params import Params
-from paperworks.protocol_distill.world import MULTI_HOP_SETS
+from paperworks.protocol_distill.world import MULTI_HOP_SETS, TRANSFER_POOL
+
+
+def test_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the test questions proper (not the transfer questions of issue 15)."""
+    return df[df["pool"] == "test"] if "pool" in df.columns else df
 
 
 def summary_table(df: pd.DataFrame) -> pd.DataFrame:
-    """One row per (size, run): EM per set and averaged, plus length, drift, unsupported, no-answer."""
+    """One row per (size, run): EM per set and averaged, plus length, drift, unsupported, no-answer
+    (test questions), and EM on the questions that meet a redirect and on the transfer questions."""
+    full, df = df, test_rows(df)
     rows = []
     for (size, run), g in df.groupby(["size", "run"], sort=True):
         row = {"size": size, "run": run, "method": g.method.iloc[0], "teacher": g.teacher.iloc[0],
@@ -32,6 +39,13 @@ def summary_table(df: pd.DataFrame) -> pd.DataFrame:
         row["no_answer_rate"] = float((g.answered == 0).mean())
         row["max_completion"] = int(g.max_completion.max())
         row["mean_searches"] = float(g.n_searches.mean())
+        if "redirected" in g.columns:
+            red = g[g.redirected.astype(bool)]
+            row["em_redirected"] = float(red.em.mean()) if len(red) else float("nan")
+            tr = full[(full["size"] == size) & (full["run"] == run) & (full["pool"] == TRANSFER_POOL)]
+            row["em_transfer"] = float(tr.em.mean()) if len(tr) else float("nan")
+            tr_red = tr[tr.redirected.astype(bool)]
+            row["em_transfer_redirected"] = float(tr_red.em.mean()) if len(tr_red) else float("nan")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -44,7 +58,8 @@ def question_units(df: pd.DataFrame, warm_reports: dict[tuple[str, int], dict]) 
     across sizes (same seed index, same test questions). The warm-start student of each seed
     stands beside that seed's online runs, so "online vs warm start" is paired by seed too.
     """
-    frame = df.assign(arm=df["run"] + "[" + df["size"] + "]", cluster=df["seed"].astype(int), unit=df["qid"])
+    full = df.assign(arm=df["run"] + "[" + df["size"] + "]", cluster=df["seed"].astype(int), unit=df["qid"])
+    frame = test_rows(full)
     tables = {}
     for metric in ("em", "unsupported", "style_drift", "length"):
         tables[metric] = frame.assign(value=frame[metric].astype(float))
@@ -54,6 +69,13 @@ def question_units(df: pd.DataFrame, warm_reports: dict[tuple[str, int], dict]) 
                  for (size, seed), rep in sorted(warm_reports.items())
                  for q, em in rep["branches"]["student"]["em_per_question"].items()]
     tables["em"] = pd.concat([tables["em"][["arm", "cluster", "unit", "value"]], pd.DataFrame(warm_rows)], ignore_index=True)
+    # issue 15: the questions that meet a redirect (test), the transfer questions, and those of them that meet one
+    if "redirected" in full.columns:
+        red = full["redirected"].astype(bool)
+        for name, part in (("em_redirected", frame[red.loc[frame.index]]), ("em_transfer", full[full["pool"] == TRANSFER_POOL]),
+                           ("em_transfer_redirected", full[(full["pool"] == TRANSFER_POOL) & red])):
+            if len(part):
+                tables[name] = part.assign(value=part["em"].astype(float))
     return {k: unit_table(v[["arm", "cluster", "unit", "value"]]) for k, v in tables.items()}
 
 
@@ -65,7 +87,62 @@ def style_reach_name(branch: str, size: str) -> str:
     return f"the {branch} protocols put teacher tics into the privileged branch's outputs ({size})"
 
 
+def redirect_gap_name(teacher: str, size: str, points: float) -> str:
+    return (f"protocols of {teacher} lift the privileged branch ≥ {points:g} EM points on the test questions that meet a "
+            f"redirect ({size})")
+
+
+def transfer_gap_name(teacher: str, size: str, points: float) -> str:
+    return (f"strategy protocols of {teacher} (another question's) lift the privileged branch ≥ {points:g} EM points on the "
+            f"transfer questions that meet a redirect ({size})")
+
+
 SIZE_ORDER_NAME = "the larger student beats the smaller at warm start"
+
+
+def affected_gap_table(warm_reports: dict[tuple[str, int], dict], branches: list[str], confidence: float = 0.95) -> dict:
+    """Issue 15's gaps before online training: each privileged branch vs the student branch on the test
+    questions that meet a redirect (``<size>/<branch>/redirected``), and the strategy branch vs the
+    student on the transfer questions (``/transfer``) and on those of them that meet a redirect
+    (``/transfer_redirected``). Interval over seeds (questions nested, paired); None where a subset
+    has no question in this profile."""
+    table: dict = {}
+    for size in sorted({s for s, _ in warm_reports}):
+        reps = [rep for (s, _), rep in sorted(warm_reports.items()) if s == size]
+        flagged = set(reps[0].get("redirected", []))
+        subsets = []
+        for branch in branches:
+            if branch == "student":
+                continue
+            subsets.append((branch, "redirected", "branches", sorted(q for q in reps[0]["branches"]["student"]["em_per_question"]
+                                                                      if q in flagged)))
+        for branch in (b for b in branches if b.endswith("_strategy")):
+            t_qids = sorted(reps[0].get("transfer", {}).get("student", {}).get("em_per_question", {}))
+            subsets.append((branch, "transfer", "transfer", t_qids))
+            subsets.append((branch, "transfer_redirected", "transfer", [q for q in t_qids if q in flagged]))
+        for branch, subset, source, qids in subsets:
+            key = f"{size}/{branch}/{subset}"
+            if not qids or any(branch not in r.get(source, {}) for r in reps):
+                table[key] = None
+                continue
+            priv = [np.array([r[source][branch]["em_per_question"][q] for q in qids], dtype=float) for r in reps]
+            stu = [np.array([r[source]["student"]["em_per_question"][q] for q in qids], dtype=float) for r in reps]
+            if len(reps) == 1:
+                priv, stu = [np.array([v]) for v in priv[0]], [np.array([v]) for v in stu[0]]
+            t = compare_clustered(priv, stu, paired=True, confidence=confidence, seed=len(qids))
+            table[key] = {"privileged_em": float(np.mean([x.mean() for x in priv])), "student_em": float(np.mean([x.mean() for x in stu])),
+                          "gap_points": 100 * t.diff, "gap_ci_low_points": 100 * t.ci_low, "gap_ci_high_points": 100 * t.ci_high,
+                          "questions": len(qids), "seeds": len(reps), "interval_over": "seeds" if len(reps) > 1 else "questions"}
+    return table
+
+
+def _gap_precondition(name: str, g: dict | None, need: float, what: str) -> dict:
+    if g is None:
+        return precondition(name, False, detail=f"no {what} in this profile: the gap cannot be measured")
+    return precondition(name, g["gap_points"] >= need, value=round(g["gap_points"], 2), threshold=need,
+                        detail=f"{g['privileged_em']:.3f} vs {g['student_em']:.3f} ({g['gap_points']:+.1f} points over {g['questions']} "
+                        f"{what}, mean over {g['seeds']} seeds; 95 % interval over {g['interval_over']} "
+                        f"[{g['gap_ci_low_points']:+.1f}, {g['gap_ci_high_points']:+.1f}])")
 
 
 def _seed_mean(warm_reports: dict[tuple[str, int], dict], size: str, fn) -> float:
@@ -73,7 +150,7 @@ def _seed_mean(warm_reports: dict[tuple[str, int], dict], size: str, fn) -> floa
 
 
 def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int], dict], warm_curves: dict[str, list[list[float]]],
-                  trace_curves: dict[str, list[list[float]]], ev: EvidenceParams) -> list[dict]:
+                  trace_curves: dict[str, list[list[float]]], ev: EvidenceParams, affected: dict | None = None) -> list[dict]:
     """What the claims rest on, measured: the privileged gap before online training (per teacher and
     size, mean over seeds), every seed's warm start and trace-imitation SFT converged, style that can
     reach the student through the styled protocols, and the size order at warm start."""
@@ -86,6 +163,18 @@ def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int]
                                     threshold=need, detail=f"{g['privileged_em_multi_hop']:.3f} vs {g['student_em_multi_hop']:.3f} "
                                     f"({g['gap_points']:+.1f} points, mean over {g['seeds']} seeds; 95 % interval over {g['interval_over']} "
                                     f"[{g['gap_ci_low_points']:+.1f}, {g['gap_ci_high_points']:+.1f}])"))
+        if p.world.redirects.enabled:
+            # issue 15: the gap on the questions that meet a redirect, with the question's own protocol,
+            # and with another question's (strategy) protocol on questions no protocol ever named
+            affected = affected or {}
+            for t in p.teachers:
+                out.append(_gap_precondition(redirect_gap_name(t, size, need), affected.get(f"{size}/{t}/redirected"), need,
+                                             "test questions that meet a redirect"))
+            if p.world.transfer.enabled:
+                for b in p.strategy_branches():
+                    out.append(_gap_precondition(transfer_gap_name(b.removesuffix("_strategy"), size, need),
+                                                 affected.get(f"{size}/{b}/transfer_redirected"), need,
+                                                 "transfer questions that meet a redirect"))
         for t in p.style_teachers:
             share = _seed_mean(warm_reports, size, lambda rep: rep["branches"][f"{t}_styled"]["tic_share"])
             plain = _seed_mean(warm_reports, size, lambda rep: rep["branches"]["student"]["tic_share"])
@@ -109,7 +198,7 @@ def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int]
     return out
 
 
-def claim_specs(p: Params, runs: set[str], absent: list[dict] | None = None) -> list[ClaimSpec]:
+def claim_specs(p: Params, runs: set[str], absent: list[dict] | None = None, empty_tables: frozenset[str] = frozenset()) -> list[ClaimSpec]:
     """MAPD's claims (headline: the first size's comparisons with GRPO and OPSD); the rest exploratory.
 
     A claim whose method or baseline run is not in this profile's grid is not declared (it has no
@@ -123,6 +212,11 @@ def claim_specs(p: Params, runs: set[str], absent: list[dict] | None = None) -> 
             margin: float | None = None, baseline_size: str | None = None) -> None:
         bsize = baseline_size or size
         missing = [r for r in (method, baseline) if r not in runs and r != "warm_start"]
+        if table in empty_tables:
+            if absent is not None:
+                absent.append({"id": f"{cid}_{size}", "statement": f"{statement} ({size})", "missing_runs": [],
+                               "reason": f"no question of table {table!r} in this profile"})
+            return
         if missing and absent is not None:
             absent.append({"id": f"{cid}_{size}", "statement": f"{statement} ({size})", "missing_runs": sorted(set(missing)),
                            "reason": f"not in this profile's online.runs ({', '.join(sorted(set(missing)))}): dropped from the "
@@ -136,6 +230,11 @@ def claim_specs(p: Params, runs: set[str], absent: list[dict] | None = None) -> 
     for i, size in enumerate(p.sizes):
         conv = f"warm start converged ({size})"
         base = (gap_name(p.teachers[0], size, need), conv)
+        if p.world.redirects.enabled:
+            # issue 15's world: the protocol's advantage is the repair of a redirect; the claims rest on the
+            # gap where it applies, with the question's own protocol and (transfer region) another's
+            base = (redirect_gap_name(p.teachers[0], size, need),
+                    *((transfer_gap_name(p.teachers[0], size, need),) if p.world.transfer.enabled else ()), conv)
         trace = (*base, f"trace imitation's SFT converged ({size})")
         add("mapd_vs_grpo", "MAPD beats GRPO-only (all seven sets)", "em", main, "grpo", size, base, headline=i == 0)
         add("mapd_vs_opsd", "MAPD beats OPSD (all seven sets)", "em", main, "opsd", size, base, headline=i == 0)
@@ -163,6 +262,17 @@ def claim_specs(p: Params, runs: set[str], absent: list[dict] | None = None) -> 
             add(f"{styled}_less_style_than_trace", f"MAPD with '{t}' protocols carrying its style has fewer tics than trace "
                 "imitation", "style_drift", styled, "trace", size, (reach, conv, f"trace imitation's SFT converged ({size})"),
                 higher_is_better=False, metric="share of outputs with a tic word")
+        if p.world.redirects.enabled:
+            add("mapd_vs_grpo_redirected", "MAPD beats GRPO-only on the test questions that meet a redirect", "em_redirected",
+                main, "grpo", size, base, metric="EM, questions that meet a redirect")
+            add("mapd_vs_opsd_redirected", "MAPD beats OPSD on the test questions that meet a redirect", "em_redirected",
+                main, "opsd", size, base, metric="EM, questions that meet a redirect")
+        if p.world.transfer.enabled:
+            add("mapd_vs_grpo_transfer", "MAPD beats GRPO-only on the transfer questions (entities in no training protocol)",
+                "em_transfer", main, "grpo", size, base, metric="EM, transfer questions")
+            if p.world.redirects.enabled:
+                add("mapd_vs_grpo_transfer_redirected", "MAPD beats GRPO-only on the transfer questions that meet a redirect",
+                    "em_transfer_redirected", main, "grpo", size, base, metric="EM, transfer questions that meet a redirect")
         for run in ("grpo", main):
             add(f"{run}_vs_warm_start", f"online training ({run}) improves on the warm-start student", "em", run, "warm_start",
                 size, (conv,))

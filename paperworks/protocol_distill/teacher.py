@@ -6,9 +6,9 @@ relation words documents may use, but must still find entities, aliases, facts a
 fact's document uses through the search tool):
 
 - Decomposer: turns each hop of the question into a sub-query and searches;
-- Repair: when a search returns the wrong document, diagnoses why (alias document, namesake, a
-  relation word this fact's document does not use) and reformulates, up to the variant's repair
-  budget;
+- Repair: when a search returns the wrong document, diagnoses why (alias document, redirect
+  document of a renamed entity, namesake, a relation word this fact's document does not use) and
+  reformulates, up to the variant's repair budget;
 - Protocol Synthesizer: turns the exploration trace into the five-field JSON protocol.
 
 A *styled* protocol variant (``<teacher>_styled``) is the same exploration written by a
@@ -31,7 +31,12 @@ import numpy as np
 
 from paperworks.protocol_distill.protocol import protocol_errors
 from paperworks.protocol_distill.search import SearchTool
-from paperworks.protocol_distill.world import DOC_FORMS, Question, World
+from paperworks.protocol_distill.world import DOC_FORMS, Question, World, redirect_target
+
+# the plan step a protocol carries once its exploration met a redirect: the general repair rule, in
+# words that name no entity, so a protocol of *another* question still states it (a strategy protocol)
+REDIRECT_RULE = "on a see document , search the entity it names with the same relation"
+REDIRECT_NOTE = "redirect"
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class Exploration:
     facts: list[str] = field(default_factory=list)
     successful_queries: list[str] = field(default_factory=list)
     answer: str | None = None
+    redirects: int = 0   # searches that met a redirect document and were repaired by the general rule
 
 
 def _decompose(world: World, q: Question, style: TeacherStyle) -> list[tuple[int, str, str]]:
@@ -121,12 +127,17 @@ def _decompose(world: World, q: Question, style: TeacherStyle) -> list[tuple[int
 
 def _repair(world: World, mention: str, wording: str, subject: str, rel: str, result: str,
             tried: set[str]) -> tuple[str, str, str]:
-    """Diagnose a failed search and reformulate: alias → real name, namesake → qualifier, a relation
-    word the document does not use → the next word documents use for that relation."""
+    """Diagnose a failed search and reformulate: alias → real name, redirect → the entity the redirect
+    document names (read from the document: the general rule), namesake → qualifier, a relation word
+    the document does not use → the next word documents use for that relation."""
     ent = world.entities[subject]
     if result.startswith(f"{mention} alias "):
         return ent.name, wording, f"{mention} is an alias of {ent.name}"
-    if mention != ent.name and not result.startswith(f"{ent.name} "):
+    target = redirect_target(result, mention)
+    if target is not None:
+        return target, wording, f"{REDIRECT_NOTE} : {mention} see {target} , search {target}"
+    filed = world.filed_name(subject)
+    if mention not in (ent.name, filed) and not result.startswith(f"{filed} "):
         return ent.name, wording, f"{mention} has a namesake , use {ent.name}"
     untried = [w for w in DOC_FORMS[rel] if w not in tried]
     if untried:
@@ -177,6 +188,12 @@ def explore(world: World, tool: SearchTool, q: Question, style: TeacherStyle) ->
                 # the alias document itself is evidence: keep the resolving lookup in the plan
                 ex.facts.append(doc)
                 ex.successful_queries.append(f"{mention} alias")
+            elif note.startswith(REDIRECT_NOTE):
+                # the search that met the redirect stays in the plan, so replaying the plan shows the
+                # failure and its repair (the protocol-conditioned demonstrations are repaired episodes)
+                ex.facts.append(doc)
+                ex.successful_queries.append(query)
+                ex.redirects += 1
             mention, wording = new_mention, new_wording
     if len(found) == len(q.chain):
         if q.task_type == "comparison":
@@ -195,6 +212,8 @@ def synthesize(q: Question, ex: Exploration, style: TeacherStyle, rng: np.random
     plan = [f"{style.plan_verb} {tic}{qq}" for qq in ex.successful_queries]
     if q.task_type == "comparison":
         plan.append("compare born years , earlier wins")
+    if ex.redirects:
+        plan.append(REDIRECT_RULE)
     plan.append("answer with the last fact" if q.task_type != "comparison" else "answer with the earlier person")
     partial = [f"{s.query} gave {s.result or 'nothing'} : {s.note}" for s in ex.steps if not s.ok and s.note]
     if styled:

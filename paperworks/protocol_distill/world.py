@@ -13,6 +13,19 @@ Designed so that a search *protocol* is genuinely useful (the calibration notes 
   only a search (and a repair when the first word misses) reveals it. This is the information a
   teacher's exploration finds and its protocol carries; a student reading only the question has to
   guess or repair.
+- with ``redirect_share`` > 0 (issue 15's transferable strategy) a share of the organisations and cities
+  was renamed: the world still calls them by their old name (questions, answers, every document that
+  names them as an object), but their own fact documents are filed under the new name, and a short
+  redirect document ``<old name> see <new name>`` stands in their place. A search for the old name
+  returns that document: the failure is *recognisable* (the reserved word ``see``, in no name and no
+  other document) and one *general* repair fixes every instance of it: search the entity the
+  redirect names, with the same relation. The teachers apply it and their protocols state it; the
+  student branch's warm-start demonstrations never show it (see demos.py);
+- with ``transfer_share`` > 0 a share of the people, organisations and cities forms a closed *region*:
+  every fact of a region entity points inside the region and no fact outside points in, so questions
+  on it (the ``transfer`` pool, test only) share no entity and no document with any training question
+  or its protocol. The privileged branch reads, for them, another question's protocol (a *strategy*
+  protocol): whatever it gains there transfers across instances.
 
 Everything is a pure function of the seed; texts are lower-case words separated by single spaces.
 """
@@ -58,6 +71,8 @@ DOC_FORMS: dict[str, tuple[str, ...]] = {
     "mayor": ("mayor", "governor", "alderman"),
 }
 ORG_SUFFIXES = ("labs", "guild", "works", "company")
+# the word a redirect document uses; reserved (no name takes it), so a document containing it is a redirect
+REDIRECT_WORD = "see"
 YEARS = tuple(range(1850, 1950))
 
 # the seven question sets standing in for the paper's seven benchmarks
@@ -72,6 +87,7 @@ QUESTION_SETS: dict[str, str] = {
 }
 MULTI_HOP_SETS = ("hotpotqa", "2wiki", "musique", "bamboogle")
 POOLS = ("warm", "online", "test")
+TRANSFER_POOL = "transfer"   # test questions on the closed region (transfer_share > 0)
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,8 @@ class WorldConfig:
     n_cities: int = 20
     n_collisions: int = 12          # people who share their name with another person
     doc_forms: int = 1              # relation words a fact's document may use (1 = always the canonical one)
+    redirect_share: float = 0.0     # share of organisations and of cities filed under a new name (0 = no redirects)
+    transfer_share: float = 0.0     # share of people, organisations and cities in the closed transfer region (0 = none)
     questions_per_set: dict[str, int] = field(default_factory=lambda: {"warm": 160, "online": 160, "test": 60})
 
 
@@ -91,6 +109,7 @@ class Entity:
     name: str            # the display name used in documents and answers (with qualifier if colliding)
     base_name: str       # the name without qualifier
     alias: str | None = None
+    filed_as: str | None = None  # renamed: its own fact documents use this name; a redirect document points to it
 
 
 @dataclass
@@ -105,6 +124,19 @@ class World:
     def relation_word(self, subject: str, relation: str) -> str:
         return self.doc_word.get((subject, relation), relation)
 
+    def filed_name(self, eid: str) -> str:
+        """The name the entity's own fact documents start with (its new name if it was renamed)."""
+        e = self.entities[eid]
+        return e.filed_as or e.name
+
+    def redirect_doc(self, eid: str) -> str | None:
+        e = self.entities[eid]
+        return f"{e.name} {REDIRECT_WORD} {e.filed_as}" if e.filed_as else None
+
+    def region(self) -> set[str]:
+        """The closed transfer region's entities (empty without transfer_share)."""
+        return {e for e, pool in self.subject_pool.items() if pool == TRANSFER_POOL}
+
     def display(self, value: str) -> str:
         return self.entities[value].name if value in self.entities else value
 
@@ -113,7 +145,19 @@ class World:
 
     def fact_doc(self, subject: str, relation: str) -> str:
         word = self.relation_word(subject, relation)
-        return f"{self.display(subject)} {word} {self.display(self.facts[(subject, relation)])}"
+        return f"{self.filed_name(subject)} {word} {self.display(self.facts[(subject, relation)])}"
+
+
+def is_redirect(doc: str) -> bool:
+    """The failure signal a model can read: a redirect document is the only one with the reserved word."""
+    return REDIRECT_WORD in doc.split()
+
+
+def redirect_target(doc: str, mention: str) -> str | None:
+    """The general repair rule's argument: ``<mention> see <target>`` → target (None if ``doc`` is not
+    the redirect of ``mention``)."""
+    head = f"{mention} {REDIRECT_WORD} "
+    return doc[len(head):] if doc.startswith(head) and len(doc) > len(head) else None
 
 
 def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll: int = 2, max_syll: int = 3) -> list[str]:
@@ -134,7 +178,7 @@ def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll:
 
 def build_world(cfg: WorldConfig, seed: int) -> World:
     rng = np.random.default_rng(seed)
-    taken: set[str] = {w for forms in DOC_FORMS.values() for w in forms}  # a name word is never a relation word
+    taken: set[str] = {w for forms in DOC_FORMS.values() for w in forms} | {REDIRECT_WORD, "alias"}  # never a name word
     # every name is a combination of words from shared pools, so each word occurs in many names and
     # the model gets to *write* it during training (a word that only ever appears in held-out names
     # would have an untrained output embedding and could never be produced)
@@ -163,21 +207,41 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
     nick_pairs = [(a, b) for a in nick_heads for b in nick_tails]
     nicknames = [f"{nick_pairs[j][0]} {nick_pairs[j][1]}" for j in rng.choice(len(nick_pairs), size=cfg.n_persons, replace=False)]
 
+    # the closed transfer region, from its own stream (with transfer_share = 0 it is empty and every
+    # draw below is the one the world without it makes)
+    region: set[str] = set()
+    if cfg.transfer_share > 0:
+        region_rng = np.random.default_rng([seed, 4])
+        for group, least in ((persons, 2), (orgs, 1), (cities, 1)):
+            k = max(least, int(round(cfg.transfer_share * len(group))))
+            if k >= len(group):
+                raise ValueError(f"transfer_share {cfg.transfer_share} leaves no entity of a type outside the region")
+            region.update(group[i] for i in region_rng.choice(len(group), size=k, replace=False))
+
+    # facts stay on their subject's side of the region boundary (each side's list built once, in order)
+    sides = {id(g): ([x for x in g if x not in region], [x for x in g if x in region]) for g in (persons, orgs, cities)}
+
+    def side(group: list[str], eid: str) -> list[str]:
+        return sides[id(group)][eid in region] if region else group
+
     facts: dict[tuple[str, str], str] = {}
     for eid, name, nick in zip(persons, names, nicknames):
         entities[eid] = Entity(eid, "person", name, name, alias=nick)
-        facts[(eid, "employer")] = orgs[rng.integers(len(orgs))]
-        facts[(eid, "birthplace")] = cities[rng.integers(len(cities))]
+        o, c = side(orgs, eid), side(cities, eid)
+        facts[(eid, "employer")] = o[rng.integers(len(o))]
+        facts[(eid, "birthplace")] = c[rng.integers(len(c))]
         facts[(eid, "born")] = str(YEARS[rng.integers(len(YEARS))])
     for eid in persons:
-        others = [p for p in persons if p != eid]
+        others = [p for p in side(persons, eid) if p != eid]
         facts[(eid, "mentor")] = others[rng.integers(len(others))]
     for eid in orgs:
-        facts[(eid, "founder")] = persons[rng.integers(len(persons))]
-        facts[(eid, "headquarters")] = cities[rng.integers(len(cities))]
-        facts[(eid, "ceo")] = persons[rng.integers(len(persons))]
+        ps, c = side(persons, eid), side(cities, eid)
+        facts[(eid, "founder")] = ps[rng.integers(len(ps))]
+        facts[(eid, "headquarters")] = c[rng.integers(len(c))]
+        facts[(eid, "ceo")] = ps[rng.integers(len(ps))]
     for eid in cities:
-        facts[(eid, "mayor")] = persons[rng.integers(len(persons))]
+        ps = side(persons, eid)
+        facts[(eid, "mayor")] = ps[rng.integers(len(ps))]
 
     # colliding people are told apart by a qualifier ("senior"/"junior") in documents, questions and
     # answers; a query without it ties between the namesakes' documents
@@ -193,8 +257,22 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
     # above are the same for every doc_forms
     word_rng = np.random.default_rng([seed, 2])
     doc_word = {key: DOC_FORMS[key[1]][int(word_rng.integers(cfg.doc_forms))] for key in sorted(facts)}
+    # renamed organisations and cities (own stream again): called by the old name everywhere, filed
+    # under the new one, with a redirect document in between
+    if cfg.redirect_share > 0:
+        ren_rng = np.random.default_rng([seed, 5])
+        used = {entities[e].name for e in orgs}
+        new_org_words = _syllable_words(ren_rng, max(4, len(orgs)), taken)
+        new_org_names = [f"{w} {ORG_SUFFIXES[int(ren_rng.integers(len(ORG_SUFFIXES)))]}" for w in new_org_words]
+        new_city_names = _syllable_words(ren_rng, len(cities), taken)
+        for group, fresh in ((orgs, new_org_names), (cities, new_city_names)):
+            k = max(1, int(round(cfg.redirect_share * len(group))))
+            for j, i in enumerate(sorted(ren_rng.choice(len(group), size=k, replace=False).tolist())):
+                assert fresh[j] not in used
+                entities[group[i]].filed_as = fresh[j]
     world = World(entities, facts, [], {}, {}, doc_word)
     docs = [world.fact_doc(s, r) for (s, r) in sorted(facts)]
+    docs += [d for e in sorted(entities) if (d := world.redirect_doc(e)) is not None]
     for eid in persons:
         world.alias_of[entities[eid].alias] = eid
         docs.append(f"{entities[eid].alias} alias {entities[eid].name}")
@@ -203,10 +281,15 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
     # alphabetical rank predicts
     world.docs = [docs[i] for i in np.random.default_rng([seed, 3]).permutation(len(docs))]
     # disjoint subjects per pool: test questions never start from an entity seen in training questions
+    # (the region's entities are transfer subjects only)
     for group in (persons, orgs, cities):
-        order = [group[i] for i in rng.permutation(len(group))]
+        outside = [e for e in group if e not in region]
+        order = [outside[i] for i in rng.permutation(len(outside))]
         for i, eid in enumerate(order):
             world.subject_pool[eid] = POOLS[i % 3]
+        for eid in group:
+            if eid in region:
+                world.subject_pool[eid] = TRANSFER_POOL
     return world
 
 
@@ -223,6 +306,7 @@ class Question:
     surfaces: tuple[str, ...]            # the relation wording the question uses, per hop in search order
     uses_alias: bool
     collides: bool
+    redirected: bool = False             # some hop's subject was renamed: its search meets a redirect document
 
 
 def _valid_chains(world: World, start: str, hops: int) -> list[tuple[tuple[str, str], ...]]:
@@ -266,8 +350,11 @@ def make_questions(world: World, cfg: WorldConfig, seed: int) -> list[Question]:
     starts_any = sorted(world.entities)
     out: list[Question] = []
     seen_text: set[str] = set()
+    pools = POOLS + ((TRANSFER_POOL,) if cfg.questions_per_set.get(TRANSFER_POOL, 0) > 0 else ())
+    if TRANSFER_POOL in pools and not world.region():
+        raise ValueError("transfer questions need a transfer region (transfer_share > 0)")
     for qset, task_type in QUESTION_SETS.items():
-        for pool in POOLS:
+        for pool in pools:
             want = cfg.questions_per_set[pool]
             pool_any = [e for e in starts_any if world.subject_pool[e] == pool]
             pool_persons = [e for e in persons if world.subject_pool[e] == pool]
@@ -311,8 +398,9 @@ def make_questions(world: World, cfg: WorldConfig, seed: int) -> list[Question]:
                 if text in seen_text:
                     continue
                 seen_text.add(text)
+                redirected = any(world.entities[s].filed_as for s, _ in chain) if qset != "2wiki" else False
                 out.append(Question(f"{qset}-{pool}-{made:04d}", qset, pool, task_type, text, answer,
-                                    tuple(chain), mention, surfaces, uses_alias, bool(collides)))
+                                    tuple(chain), mention, surfaces, uses_alias, bool(collides), bool(redirected)))
                 made += 1
     return out
 

@@ -20,7 +20,7 @@ from paperworks.core.stats import mean_ci  # noqa: E402
 from paperworks.protocol_distill import artifacts as A  # noqa: E402
 from paperworks.protocol_distill.params import Params  # noqa: E402
 from paperworks.protocol_distill.report import (  # noqa: E402
-    claim_specs, preconditions, privileged_gap_table, question_units, summary_table,
+    affected_gap_table, claim_specs, preconditions, privileged_gap_table, question_units, summary_table,
 )
 from paperworks.protocol_distill.world import MULTI_HOP_SETS  # noqa: E402
 
@@ -65,12 +65,14 @@ def main() -> None:
     tables = [read_parquet(A.run_table_path(size, run, seed), A.RUN_SCHEMA)
               for size in p.sizes for run in p.online.runs for seed in p.seeds]
     df = pd.concat(tables, ignore_index=True)
+    df = df.astype({"redirected": bool})
     if df.empty:
         raise ArtifactError(f"{A.RUNS_DIR}: no evaluation rows")
     warm = {(s, k): read_json(A.warm_report_path(s, k)) for s in p.sizes for k in p.seeds}
     synthesis = read_json(A.SYNTHESIS_REPORT)
     summary = summary_table(df)
     gap_table = privileged_gap_table(warm, p.branches(), ev.confidence)
+    affected = affected_gap_table(warm, p.branches(), ev.confidence)
     # convergence is read on the HELD-OUT loss (examples of questions never trained on): the training
     # loss keeps falling while the model memorises which word each training fact's document uses
     warm_curves = {s: [live_curve(A.warm_live_dir(s, k) / "plots/metrics/heldout_loss.tsv") for k in p.seeds] for s in p.sizes}
@@ -80,8 +82,9 @@ def main() -> None:
         if "trace" in p.online.runs else {}
     units = question_units(df, warm)
     absent: list[dict] = []
-    claims = evaluate_claims(claim_specs(p, set(df["run"]), absent), units,
-                             preconditions(p, gap_table, warm, warm_curves, trace_curves, ev), ev,
+    empty = frozenset({"em_redirected", "em_transfer", "em_transfer_redirected"} - set(units))
+    claims = evaluate_claims(claim_specs(p, set(df["run"]), absent, empty), units,
+                             preconditions(p, gap_table, warm, warm_curves, trace_curves, ev, affected), ev,
                              seed=global_seed(raw), track="protocol_distill")
     write_unit_tables("protocol_distill", units)
     with atomic_path(A.PLOTS / "results.csv") as tmp:
@@ -89,7 +92,7 @@ def main() -> None:
     sweep = summary[summary.run.str.match(rf"^mapd_{p.teachers[0]}(_lam.*)?$")][["size", "run", "kl_coef", "em_avg", "em_multi_hop", "seeds"]]
     with atomic_path(A.PLOTS / "lambda_sweep.csv") as tmp:
         sweep.sort_values(["size", "kl_coef"]).to_csv(tmp, index=False, float_format="%.4f")
-    plot_em(df, A.PLOTS / "em_by_method.png", ev.confidence)
+    plot_em(df[df["pool"] == "test"], A.PLOTS / "em_by_method.png", ev.confidence)
     brief = {f"{r['size']}/{r['run']}": {"em_avg": r["em_avg"], "em_multi_hop": r["em_multi_hop"], "mean_length": r["mean_length"],
                                          "style_drift": r["style_drift"], "unsupported": r["unsupported"], "no_answer": r["no_answer"],
                                          "no_answer_rate": r["no_answer_rate"], "max_completion": r["max_completion"]}
@@ -99,7 +102,9 @@ def main() -> None:
     tics = sorted(set().union(*(set(r.get("tic_words", [])) for r in warm.values())))
     write_json(A.METRICS, {"profile": raw.get("profile"), "claims": claims, "claim_summary": claim_summary(claims),
                            "evidence": evidence_block(ev, global_seed(raw)), "summary": brief, "privileged_gap": gap_table,
-                           "teachers": teachers, "seeds": len(p.seeds), "test_questions": int(df.qid.nunique()),
+                           "affected_gap": affected, "kl_protocol": p.online.kl_protocol,
+                           "teachers": teachers, "seeds": len(p.seeds), "test_questions": int(df[df["pool"] == "test"].qid.nunique()),
+                           "transfer_questions": int(df[df["pool"] != "test"].qid.nunique()),
                            "trace_fit": trace_fit, "tic_words": tics, "claims_not_in_grid": absent})
     lines = ["| size | run | EM avg | seed 95 % CI | EM multi-hop | length | style drift | unsupported | no answer (rate) | cap |",
              "|---|---|---|---|---|---|---|---|---|---|"]

@@ -21,7 +21,8 @@ def main() -> None:
     p = load_section("protocol_distill", Params)
     seed = derive_seed(global_seed(read_params_file()), "protocol_distill", "generate")
     w = p.world
-    cfg = WorldConfig(w.n_persons, w.n_orgs, w.n_cities, w.n_collisions, w.doc_forms, w.questions.model_dump())
+    cfg = WorldConfig(w.n_persons, w.n_orgs, w.n_cities, w.n_collisions, w.doc_forms, w.redirect_share(), w.transfer_share(),
+                      w.questions.model_dump())
     world = build_world(cfg, seed)
     questions = make_questions(world, cfg, seed)
     write_json(A.WORLD_JSON, world_to_dict(world))

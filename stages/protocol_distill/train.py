@@ -25,6 +25,7 @@ from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
 from paperworks.protocol_distill.params import Params, parse_run
 from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
 from paperworks.protocol_distill.train import OnlineConfig, heldout_loss, sft_batch, train_online
+from paperworks.protocol_distill.world import TRANSFER_POOL
 
 log = logging.getLogger("paperworks.protocol_distill")
 
@@ -97,8 +98,16 @@ def main() -> None:
                          desc=f"trace {args.size}/{args.seed}")
     else:
         context = {"grpo": "none", "opsd": "answer", "mapd": "protocol"}[spec.method]
-        items = online_items(ws.codec, online_qs, ws.protocols, context, spec.protocol_source or None)
+        # MAPD on strategy protocols (online.kl_protocol): each online question's KL target reads another
+        # online question's protocol, which names none of its entities and so cannot hand it the answer
+        strategy = spec.method == "mapd" and o.kl_protocol == "strategy"
+        items = online_items(ws.codec, online_qs, ws.protocols, context, spec.protocol_source or None,
+                             donors=ws.donors(spec.protocol_source) if strategy else None)
         priv_branch = spec.protocol_source or ("answer" if spec.method == "opsd" else p.teachers[0])
+        if strategy:
+            priv_branch = f"{spec.protocol_source}_strategy"
+            extra["kl_protocol"] = {"kind": "strategy", "items_with_protocol": sum(it.privileged is not None for it in items),
+                                    "items": len(items)}
         probe_student = branch_prompts(ws, probe_qs, "student")
         probe_priv = branch_prompts(ws, probe_qs, priv_branch)
 
@@ -116,8 +125,16 @@ def main() -> None:
         hist = train_online(model, ws.codec, ws.tool, items, ocfg, seed, live_dir=live_dir, probe=probe)
     save_checkpoint(model, A.online_model_path(args.size, args.run, args.seed), cfg, vocab)
     rows = evaluate_prompts(model, ws.codec, ws.tool, test, test_prompts, tics, cap, r.max_searches, p.eval_batch_size)
+    # the transfer questions (issue 15) are evaluated beside the test questions, marked by their pool
+    transfer_qs = ws.pool(TRANSFER_POOL)
+    t_rows = evaluate_prompts(model, ws.codec, ws.tool, transfer_qs, branch_prompts(ws, transfer_qs, "student"), tics, cap,
+                              r.max_searches, p.eval_batch_size) if transfer_qs else []
+    flags = {q["qid"]: bool(q.get("redirected")) for q in test + transfer_qs}
+    for row, pool in [(x, "test") for x in rows] + [(x, TRANSFER_POOL) for x in t_rows]:
+        row.update(pool=pool, redirected=flags[row["qid"]])
+    rows = rows + t_rows
     log.info("%s/%s/%d: test EM %s, no answer %d/%d", args.size, args.run, args.seed,
-             {k: round(v, 3) for k, v in em_by_set(rows).items()}, sum(x["answered"] == 0 for x in rows), len(rows))
+             {k: round(v, 3) for k, v in em_by_set([x for x in rows if x["pool"] == "test"]).items()}, sum(x["answered"] == 0 for x in rows), len(rows))
     for row in rows:
         row.update(size=args.size, seed=args.seed, run=spec.run, method=spec.method, teacher=spec.protocol_source,
                    kl_coef=spec.kl_coef, max_completion=cap)

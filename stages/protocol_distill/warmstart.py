@@ -14,12 +14,12 @@ from paperworks.core.params import ParamsError, global_seed, load_section, read_
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
 from paperworks.protocol_distill import artifacts as A
-from paperworks.protocol_distill.demos import split_heldout, warm_start_examples
+from paperworks.protocol_distill.demos import split_heldout, strategy_donors, warm_start_examples
 from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
 from paperworks.protocol_distill.params import Params
 from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
 from paperworks.protocol_distill.train import heldout_loss, sft_batch
-from paperworks.protocol_distill.world import MULTI_HOP_SETS
+from paperworks.protocol_distill.world import MULTI_HOP_SETS, TRANSFER_POOL
 
 log = logging.getLogger("paperworks.protocol_distill")
 
@@ -45,9 +45,13 @@ def main() -> None:
     n_held = math.ceil(1.25 * w.heldout_examples / max(sum(w.mix.model_dump().values()), 0.1))
     train_qs, held_qs = split_heldout(ws.pool("warm"), min(len(ws.pool("warm")) - 1, n_held), seed)
     demo = dict(teachers=p.teachers, mix=w.mix.model_dump(), question_dropout=w.question_dropout,
-                style_teachers=tuple(p.style_teachers), styled_share=w.styled_share)
-    prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, train_qs, ws.protocols, seed=seed, **demo)
-    h_prompts, h_completions, _ = warm_start_examples(ws.codec, ws.tool, held_qs, ws.protocols, seed=seed + 1, **demo)
+                style_teachers=tuple(p.style_teachers), styled_share=w.styled_share, plain_redirect=w.plain_redirect)
+    # strategy demonstrations: another TRAINING question's protocol (of the first teacher) in front of
+    # this one; held-out questions take their donors from the training questions too
+    donors = strategy_donors(train_qs, train_qs, ws.protocols, p.teachers[0], ws.names, seed) if w.mix.strategy > 0 else {}
+    h_donors = strategy_donors(held_qs, train_qs, ws.protocols, p.teachers[0], ws.names, seed) if w.mix.strategy > 0 else {}
+    prompts, completions, counts = warm_start_examples(ws.codec, ws.tool, train_qs, ws.protocols, seed=seed, donors=donors, **demo)
+    h_prompts, h_completions, _ = warm_start_examples(ws.codec, ws.tool, held_qs, ws.protocols, seed=seed + 1, donors=h_donors, **demo)
     if not h_prompts:
         raise ParamsError("protocol_distill.warmstart.heldout_examples: the held-out questions gave no demonstration")
     cfg = getattr(p.models, args.size)
@@ -99,9 +103,20 @@ def main() -> None:
         branches[branch]["em_multi_hop"] = float(np.mean(multi))
         log.info("warm %s/%d %s: avg EM %.3f, multi-hop %.3f", args.size, args.seed, branch,
                  branches[branch]["em_by_set"]["avg"], branches[branch]["em_multi_hop"])
+    # issue 15: the transfer questions (closed region: no entity in any training question or protocol)
+    # for the student and the strategy branch, and which questions meet a redirect
+    transfer_qs = ws.pool(TRANSFER_POOL)
+    transfer = {}
+    for branch in (["student", *p.strategy_branches()] if transfer_qs else []):
+        rows = evaluate_prompts(model, ws.codec, ws.tool, transfer_qs, branch_prompts(ws, transfer_qs, branch), tics,
+                                r.max_completion, r.max_searches, p.eval_batch_size)
+        transfer[branch] = {"em_by_set": em_by_set(rows), "em_per_question": {x["qid"]: x["em"] for x in rows}}
+        log.info("warm %s/%d %s on transfer questions: avg EM %.3f", args.size, args.seed, branch, transfer[branch]["em_by_set"]["avg"])
+    redirected = sorted(q["qid"] for q in test + transfer_qs if q.get("redirected"))
     write_json(A.warm_report_path(args.size, args.seed), {"demonstrations": counts, "final_loss": history[-1]["loss"],
                                                           "final_heldout_loss": history[-1]["heldout_loss"],
-                                                          "branches": branches, "tic_words": sorted(tics)})
+                                                          "branches": branches, "transfer": transfer, "redirected": redirected,
+                                                          "tic_words": sorted(tics)})
 
 
 if __name__ == "__main__":

@@ -59,6 +59,19 @@ def test_smoke_pipeline_through_dvc(smoke_repo):
     absent = {c["id"]: c for c in metrics["claims_not_in_grid"]}
     assert absent["mapd_opus_styled_no_more_style_than_grpo_tiny"]["missing_runs"] == ["mapd_opus_styled"]
     assert not set(absent) & set(claims)
+    # issue 15's world: the transfer questions are evaluated beside the test questions, the strategy
+    # branch is measured on both, the gaps where the repair applies are preconditions of the headline
+    assert metrics["kl_protocol"] == "strategy" and metrics["transfer_questions"] > 0
+    assert set(w0["transfer"]) == {"student", "opus_strategy"} and len(w0["transfer"]["student"]["em_per_question"]) == metrics["transfer_questions"]
+    assert "opus_strategy" in w0["branches"] and w0["demonstrations"]["strategy"] > 0
+    runs_df = pd.read_parquet(smoke_repo / "data/protocol_distill/runs/tiny_mapd_opus_0.parquet")
+    assert set(runs_df["pool"]) == {"test", "transfer"} and runs_df["redirected"].dtype == bool
+    hist = json.loads((smoke_repo / "data/protocol_distill/runs/tiny_mapd_opus_0_history.json").read_text())
+    assert hist["kl_protocol"]["kind"] == "strategy" and hist["kl_protocol"]["items_with_protocol"] > 0
+    assert "tiny/opus_strategy/transfer" in metrics["affected_gap"]
+    pre_names = set(head["preconditions"]) if isinstance(head["preconditions"], dict) else \
+        {x["name"] if isinstance(x, dict) else x for x in head["preconditions"]}
+    assert any("strategy protocols of opus" in n for n in pre_names), pre_names
     # rerun: everything is cached
     out = dvc(smoke_repo, "repro", "--glob", "protocol_distill_*").stdout
     assert "Running stage" not in out

@@ -518,7 +518,7 @@ def _warm_report(student: list[float], privileged: list[float], tic_share: float
     branch = lambda em: {"em_per_question": dict(zip(qids, em)), "em_by_set": {"avg": float(sum(em) / len(em))},  # noqa: E731
                          "tic_share": 0.0}
     out = {"branches": {"student": branch(student), "opus": branch(privileged), "answer": branch(student),
-                        "opus_styled": branch(privileged)}}
+                        "opus_styled": branch(privileged), "opus_strategy": branch(student)}}
     out["branches"]["opus_styled"]["tic_share"] = tic_share
     return out
 
@@ -577,10 +577,28 @@ def _params(**overrides):
 def test_claims_rest_on_the_gap_of_their_own_teacher_and_size():
     from paperworks.protocol_distill.report import SIZE_ORDER_NAME, claim_specs, gap_name, style_reach_name
 
+    from paperworks.protocol_distill.report import redirect_gap_name, transfer_gap_name
+
     p = _params(sizes=["tiny", "small"])
+    # issue 15's world (the switches on, as in smoke and paper; default keeps them off until its run is made)
+    p = p.model_copy(update={"world": p.world.model_copy(update={"redirects": p.world.redirects.model_copy(update={"enabled": True}),
+                                                               "transfer": p.world.transfer.model_copy(update={"enabled": True})})})
     specs = {s.id: s for s in claim_specs(p, {"grpo", "opsd", "trace", "mapd_opus", "mapd_gemini", "mapd_opus_styled"})}
     assert gap_name("gemini", "small", 20) in specs["mapd_gemini_vs_grpo_small"].preconditions
-    assert gap_name("opus", "tiny", 20) in specs["mapd_vs_grpo_tiny"].preconditions
+    # MAPD's claims rest on the gap where the protocol's strategy applies, with the question's own
+    # protocol and with another question's on the transfer questions
+    assert {redirect_gap_name("opus", "tiny", 20), transfer_gap_name("opus", "tiny", 20)} <= set(specs["mapd_vs_grpo_tiny"].preconditions)
+    for extra in ("mapd_vs_grpo_redirected_tiny", "mapd_vs_grpo_transfer_tiny", "mapd_vs_grpo_transfer_redirected_tiny"):
+        assert specs[extra].role == "exploratory"
+    absent: list[dict] = []
+    assert "mapd_vs_grpo_transfer_tiny" not in {s.id for s in claim_specs(p, {"grpo", "mapd_opus"}, absent, frozenset({"em_transfer"}))}
+    assert any(a["id"] == "mapd_vs_grpo_transfer_tiny" and "no question" in a["reason"] for a in absent)
+    # with the switch off, the instance-protocol world's precondition (multi-hop gap) is back
+    off = p.model_copy(update={"world": p.world.model_copy(update={"redirects": p.world.redirects.model_copy(update={"enabled": False}),
+                                                                   "transfer": p.world.transfer.model_copy(update={"enabled": False})})})
+    specs_off = {s.id: s for s in claim_specs(off, {"grpo", "opsd", "mapd_opus"})}
+    assert gap_name("opus", "tiny", 20) in specs_off["mapd_vs_grpo_tiny"].preconditions
+    assert "mapd_vs_grpo_redirected_tiny" not in specs_off
     assert "mapd_gpt_vs_grpo_tiny" not in specs            # that run is absent
     assert sum(s.role == "headline" for s in specs.values()) == 3
     style = specs["mapd_opus_styled_no_more_style_than_grpo_tiny"]
