@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -20,6 +21,27 @@ if XDIST_WORKER:
     # imported) and in every stage it starts.
     for var in ("PAPERWORKS_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+
+
+@pytest.fixture(scope="session")
+def prefect_api() -> str:
+    """A temporary Prefect API (SQLite in a temp dir) for this session; its URL is exported as
+    ``PREFECT_API_URL`` so flows run in subprocesses (``python -m flows.pipeline``, workers) use
+    it too instead of each starting their own."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    before = os.environ.get("PREFECT_API_URL")
+    with prefect_test_harness(server_startup_timeout=180):
+        url = PREFECT_API_URL.value()
+        os.environ["PREFECT_API_URL"] = url
+        try:
+            yield url
+        finally:
+            if before is None:
+                os.environ.pop("PREFECT_API_URL", None)
+            else:
+                os.environ["PREFECT_API_URL"] = before
 
 
 def repo_files(root: Path = REPO) -> list[str]:
@@ -150,6 +172,15 @@ _GROUP_LEFT: dict[str, int] = {}  # smoke group -> its tests not yet torn down o
 def pytest_configure(config) -> None:
     global _CONFIG
     _CONFIG = config
+    # One Prefect API for the whole test session (`prefect_api`, for every folder's tests). Prefect reads its
+    # settings when it is imported, so the environment is set here, before collection imports any test module
+    # (and with it ``flows`` or ``prefect``), and not at this module's import (benchmarks import it for
+    # `copy_repo`): a throwaway ``PREFECT_HOME`` (tests never touch the project's ``.prefect/`` or the user's
+    # ``~/.prefect``), a startup timeout fit for a loaded machine, analytics off.
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="paperworks-prefect-home-")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
 
 
 def pytest_collection_finish(session) -> None:

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from tests.conftest import REPO
-from tests.frame.conftest import prefect_api  # noqa: F401  (the session's temporary Prefect API)
 
 
 def random_adapter(base, rank: int, alpha_over_rank: float, seed: int, path: Path) -> Path:
