@@ -49,6 +49,10 @@ def changed_report_outputs(repo_root: Path, skipped: list[str] | None = None) ->
             for out in stage.outs:
                 if str(out.def_path).startswith(REPORT_INPUTS):
                     for path, change in out.status().items():
+                        if change == "not in cache" and not Path(path).exists():
+                            # a cached output never produced or pulled here (e.g. control's dvclive summaries
+                            # once any run has written data/params_check.ok): nothing half-written to refuse
+                            continue
                         changed.setdefault(stage.addressing, {})[path] = change
     return changed
 
