@@ -52,6 +52,10 @@ class EvidenceParams(StrictModel):
     convergence_tail: float = Field(0.2, gt=0, le=0.5, description="the last share of a curve compared with the share before it")
     convergence_rel_tol: float = Field(0.05, gt=0, lt=1, description="largest relative improvement of the last window that still counts as a plateau")
     convergence_min_points: int = Field(10, ge=4, description="fewer logged points than this cannot show a plateau")
+    convergence_abs_tol_nats: float = Field(
+        0.001, ge=0, lt=0.1,
+        description="for curves in nats (cross-entropy losses): a last-window improvement below this counts as a plateau "
+                    "whatever its relative size (near a zero loss the relative rule asks for the impossible)")
 
 
 # ------------------------------------------------------------------ preconditions
@@ -60,7 +64,8 @@ def precondition(name: str, passed: bool, value: Any = None, threshold: Any = No
     return {"name": name, "passed": bool(passed), "value": _plain(value), "threshold": _plain(threshold), "detail": detail}
 
 
-def convergence(name: str, curve: Sequence[float], ev: EvidenceParams, lower_is_better: bool = True) -> dict:
+def convergence(name: str, curve: Sequence[float], ev: EvidenceParams, lower_is_better: bool = True,
+                abs_tol: float = 0.0) -> dict:
     """The generic convergence check: the curve's last window vs the window before it.
 
     Passes when the last ``convergence_tail`` share of the logged points improved on the share
@@ -68,6 +73,12 @@ def convergence(name: str, curve: Sequence[float], ev: EvidenceParams, lower_is_
     a model still improving that fast was stopped before it converged. A plateau says nothing
     about whether the model learned anything; tracks pair it with a precondition of their own
     (e.g. "left the constant-score loss").
+
+    ``abs_tol`` (in the curve's units; tracks pass ``ev.convergence_abs_tol_nats`` for a
+    cross-entropy curve) also passes an improvement smaller than it: a dev loss of 0.0013 nats
+    that falls 10 % per window is moving by 0.00013 nats, and at a mean loss L the mean probability
+    of the right token is at least exp(−L), so such a model has nothing left to gain that a
+    comparison could see.
     """
     y = np.asarray([v for v in curve if v is not None and np.isfinite(v)], dtype=float)
     if len(y) < ev.convergence_min_points:
@@ -77,8 +88,13 @@ def convergence(name: str, curve: Sequence[float], ev: EvidenceParams, lower_is_
     before, last = y[-2 * w:-w].mean(), y[-w:].mean()
     improvement = (before - last) if lower_is_better else (last - before)
     rel = float(improvement / max(abs(before), 1e-12))
-    return precondition(name, rel <= ev.convergence_rel_tol, value=round(rel, 6), threshold=ev.convergence_rel_tol,
-                        detail=f"last {w} of {len(y)} points: {before:.4g} → {last:.4g} (relative improvement {rel:+.3f})")
+    detail = f"last {w} of {len(y)} points: {before:.4g} → {last:.4g} (relative improvement {rel:+.3f}"
+    passed = rel <= ev.convergence_rel_tol
+    if abs_tol > 0:
+        small = improvement < abs_tol
+        detail += f"; absolute {improvement:+.2g} {'<' if small else '≥'} the floor {abs_tol:g}"
+        passed = passed or small
+    return precondition(name, passed, value=round(rel, 6), threshold=ev.convergence_rel_tol, detail=detail + ")")
 
 
 def learned(name: str, curve: Sequence[float], min_rel_improvement: float, ev: EvidenceParams,

@@ -51,7 +51,7 @@ def preconditions(p: Params, probe: dict, enc_hist: dict, vqa_hist: dict, panel:
                      detail="; ".join(f"{m}: specialist {probe[m]['specialist']:.3f} vs foundation {probe[m]['foundation']:.3f} "
                                       f"balanced accuracy ({probe[m]['n_test_small']} small-lesion of {probe[m]['n_test_regions']} test regions)"
                                       for m in probe)),
-        combine(FUSION_PRE[1], [convergence(k, v, ev) for k, v in curves.items()], "training curves"),
+        combine(FUSION_PRE[1], [convergence(k, v, ev, abs_tol=ev.convergence_abs_tol_nats) for k, v in curves.items()], "training curves"),
         combine(FUSION_PRE[2], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in used.items()],
                 "training curves (up to the checkpoint in use)"),
         precondition(PANEL_PRE[0], panel["tagger_heldout_field_accuracy"] >= p.claims.min_tagger_accuracy,
@@ -148,7 +148,7 @@ def volume_preconditions(p: Params, world: dict, hist: dict, ev: EvidenceParams)
                      threshold=p.claims.min_thin_missed,
                      detail=f"{world['n_thin_test_lesions']} thin (1-slice) test lesions; sampled slices {world['sampled_slices']} "
                             f"of {p.volume.depth}"),
-        combine(VOLUME_PRE[1], [convergence(k, v, ev) for k, v in curves.items()], "volume training curves"),
+        combine(VOLUME_PRE[1], [convergence(k, v, ev, abs_tol=ev.convergence_abs_tol_nats) for k, v in curves.items()], "volume training curves"),
         combine(VOLUME_PRE[2], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in used.items()],
                 "volume training curves (up to the checkpoint in use)"),
     ]
@@ -219,7 +219,7 @@ def decoder_preconditions(p: Params, hist: dict, info: dict, ev: EvidenceParams)
         used[name] = curves[name][:last + 1]
     acc = info["tagger_heldout_field_accuracy"]
     return [
-        combine(DECODER_PRE[0], [convergence(k, v, ev) for k, v in curves.items()], "decoder dev-loss curves"),
+        combine(DECODER_PRE[0], [convergence(k, v, ev, abs_tol=ev.convergence_abs_tol_nats) for k, v in curves.items()], "decoder dev-loss curves"),
         combine(DECODER_PRE[1], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in used.items()],
                 "decoder dev-loss curves (up to the checkpoint in use)"),
         precondition(DECODER_PRE[2], acc >= p.claims.min_tagger_accuracy, value=round(acc, 4), threshold=p.claims.min_tagger_accuracy,
@@ -282,7 +282,7 @@ def explore_preconditions(p: Params, hist: dict, info: dict, ev: EvidenceParams)
     worst = min(pre.values()) if pre else float("nan")
     f1 = info["tool_entity_f1_test"]
     return [
-        combine(EXPLORE_PRE[0], [convergence(k, v, ev) for k, v in curves.items()], "explore dev-loss curves"),
+        combine(EXPLORE_PRE[0], [convergence(k, v, ev, abs_tol=ev.convergence_abs_tol_nats) for k, v in curves.items()], "explore dev-loss curves"),
         combine(EXPLORE_PRE[1], [learned(k, v, p.claims.min_rel_improvement, ev) for k, v in used.items()],
                 "explore dev-loss curves (up to the checkpoint in use)"),
         precondition(EXPLORE_PRE[2], bool(np.isfinite(worst) and worst >= p.claims.min_instruction_compliance), value=round(worst, 4),

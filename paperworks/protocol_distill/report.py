@@ -186,10 +186,10 @@ def preconditions(p: Params, gap_table: dict, warm_reports: dict[tuple[str, int]
                                     f"protocols: {share:.3f} (student branch: {plain:.3f}); no more than the student branch means "
                                     "the KL target carries no tic of the protocol's, so the style test could not fail"))
         out.append(combine(f"warm start converged ({size})",
-                           [convergence(f"seed {k}", c, ev) for k, c in zip(p.seeds, warm_curves[size])], "seeds"))
+                           [convergence(f"seed {k}", c, ev, abs_tol=ev.convergence_abs_tol_nats) for k, c in zip(p.seeds, warm_curves[size])], "seeds"))
         if "trace" in p.online.runs:
             out.append(combine(f"trace imitation's SFT converged ({size})",
-                               [convergence(f"seed {k}", c, ev) for k, c in zip(p.seeds, trace_curves.get(size, []))], "seeds"))
+                               [convergence(f"seed {k}", c, ev, abs_tol=ev.convergence_abs_tol_nats) for k, c in zip(p.seeds, trace_curves.get(size, []))], "seeds"))
     if len(p.sizes) > 1:
         em = {s: _seed_mean(warm_reports, s, lambda rep: rep["branches"]["student"]["em_by_set"]["avg"]) for s in p.sizes}
         small, large = p.sizes[0], p.sizes[-1]

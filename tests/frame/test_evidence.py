@@ -216,6 +216,22 @@ def test_convergence_check_tells_a_plateau_from_a_falling_curve() -> None:
     assert not short["passed"] and "only 5 logged points" in short["detail"]
 
 
+def test_convergence_floor_passes_a_near_zero_loss_only_when_asked() -> None:
+    # the 2026-12-03 encoder_fusion 3D curve: dev loss ≈ 0.0014 still falling ≈ 10 % per window
+    steps = np.arange(81)
+    near_zero = 0.0022 * np.exp(-steps / 150)
+    assert not convergence("anchored", near_zero, EV)["passed"]                      # relative rule alone
+    floored = convergence("anchored", near_zero, EV, abs_tol=EV.convergence_abs_tol_nats)
+    assert floored["passed"] and "< the floor 0.001" in floored["detail"]
+    # the floor never excuses a loss that still moves by more than it
+    falling = 2.0 * np.exp(-np.arange(200) / 400)
+    assert not convergence("trace SFT", falling, EV, abs_tol=EV.convergence_abs_tol_nats)["passed"]
+    # a bigger loss moving by a little more than the floor is still not converged
+    slow = 0.02 * np.exp(-steps / 150)
+    rec = convergence("slow", slow, EV, abs_tol=EV.convergence_abs_tol_nats)
+    assert not rec["passed"] and "≥ the floor" in rec["detail"]
+
+
 # ------------------------------------------------------------------ records round trip
 
 
