@@ -9,6 +9,7 @@ anything. :func:`run_dvc` therefore retries such failures with backoff, and when
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -91,6 +92,20 @@ class DvcResult:
     @property
     def stdout(self) -> str:
         return "\n".join(self.lines)
+
+    def json(self):
+        """The JSON document a ``--json`` command printed. DVC writes warnings to the same stream
+        (stderr is merged), e.g. after an interrupted run "Process '…' (Pid …) … had been killed.
+        Auto removed it from the lock file." before the document, so it is read from its own line."""
+        for line in reversed(self.lines):
+            if line.lstrip().startswith(("{", "[")):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    continue
+        if not any(x.strip() for x in self.lines):
+            return {}
+        raise ValueError("no JSON document in DVC's output:\n" + "\n".join(self.lines[-20:]))
 
 
 def _run_once(cmd: list[str], cwd: Path, on_line: Callable[[str], None] | None) -> DvcResult:

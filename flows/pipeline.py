@@ -121,7 +121,7 @@ def stale_stages(repo_root: Path, busy_timeout: float = 3600.0) -> set[str]:
 
     Waits while another DVC process holds a path (see ``flows.dvc_cli``)."""
     result = run_dvc(["status", "--json"], repo_root, busy_timeout=busy_timeout, logger=_logger())
-    return set(json.loads(result.stdout or "{}"))
+    return set(result.json())
 
 
 def _logger():

@@ -200,6 +200,26 @@ def test_dvc_calls_wait_for_a_busy_path_and_keep_dvcs_message(tmp_path: Path) ->
         other.wait(120)
 
 
+def test_stale_stages_after_a_killed_dvc_repro(tmp_path: Path) -> None:
+    """A `dvc repro` killed inside its stage leaves its entry in DVC's rwlock; the next DVC call
+    removes it with a warning on the merged output stream ("… had been killed. Auto removed it").
+    The flow's status call must still read the JSON (it failed with "Expecting value" on
+    2026-12-03, so a flow could not start after an interrupted one)."""
+    import os
+    import signal
+
+    from flows.pipeline import stale_stages
+
+    root = make_project(tmp_path, GATED_DVC_YAML, (REPO / "params.yaml").read_text(), {"gated.py": GATED_STAGE})
+    other = subprocess.Popen([DVC, "repro", "--single-item", "control_depth"], cwd=root, env=tool_env(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_until(lambda: (root / "started").exists(), "the other dvc repro is inside its stage")
+    os.killpg(other.pid, signal.SIGKILL)  # dvc and its stage: no cleanup runs
+    other.wait(60)
+    assert str(other.pid) in (root / ".dvc" / "tmp" / "rwlock").read_text()  # the stale entry is there
+    assert stale_stages(root, busy_timeout=0) == {"control_depth"}
+
+
 # --------------------------------------------------------------------------- issue 22 items 5 and 6
 
 FAILING_STAGE = """\
