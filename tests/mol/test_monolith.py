@@ -3,8 +3,6 @@ and is updated for, each capability). A monolith's store holds one file, its upd
 contract compares every capability (nothing is byte-identical by construction); forgetting is v0 minus the final
 version on the earlier acceptance suites, per (capability, seed), and a claim over one loop run is "not tested"."""
 import contextlib
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -177,7 +175,7 @@ def test_retention_rows_per_cycle_and_capability():
 
 
 # ------------------------------------------------------------------ one cycle of the real loop, both layouts
-def test_monolith_cycle_rewrites_only_its_one_adapter(tiny_repo, tiny_base):
+def test_monolith_cycle_rewrites_only_its_one_adapter(tiny_repo, tiny_base, tmp_path):
     from paperworks.core.claims import load_evidence
     from paperworks.core.io import read_json
     from paperworks.core.params import global_seed, load_section, read_params_file
@@ -186,8 +184,8 @@ def test_monolith_cycle_rewrites_only_its_one_adapter(tiny_repo, tiny_base):
     from tests.mol.conftest import random_adapter
 
     base, cfg, tok = tiny_base
-    with contextlib.chdir(tiny_repo), tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    tmp = tmp_path
+    with contextlib.chdir(tiny_repo):
         p = load_section("mol", Params)
         g, world, ev = global_seed(read_params_file()), read_world(), load_evidence()
         mono_v0 = random_adapter(base, len(CAPS) * p.adapters.rank, p.adapters.alpha_over_rank, 7, tmp / "single_lora.safetensors")
