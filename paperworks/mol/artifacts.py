@@ -10,6 +10,7 @@ WORLD = DATA / "world"
 TRAIN = DATA / "train"
 ROUTER = DATA / "router"
 VERSIONS = DATA / "versions"
+VERSIONS_MONOLITH = DATA / "versions_monolith"  # the same loop on one monolithic model (the one LoRA on the mixture)
 MODELS = Path("models/mol")
 PLOTS = Path("plots/mol")
 BASE = MODELS / "base.safetensors"
@@ -19,6 +20,11 @@ WORLD_KEYS = ("corpus_train", "corpus_dev", "tables", "router_train", "test_conv
 
 def seed_dir(seed: int) -> Path:
     return TRAIN / f"seed_{seed}"
+
+
+def single_lora_file(seed: int) -> Path:
+    """The one LoRA on the mixture that ``mol_train@<seed>`` trained (v0 of the monolithic loop)."""
+    return seed_dir(seed) / "single_lora.safetensors"
 
 
 def read_world(root: Path = WORLD) -> dict:

@@ -137,6 +137,16 @@ class VersionsParams(StrictModel):
     contract: ContractParams = ContractParams()
 
 
+class MonolithParams(StrictModel):
+    """The same versioned loop on one monolithic model (``mol.monolith``, stage ``mol_versions_monolith``): v0 = the
+    one LoRA on the mixture of ``versions.seed`` (rank 4 × ``adapters.rank``: the specialists' trainable parameters);
+    every cycle is ``mol.versions``'s — the same audit traffic, weakest-capability rule, seed problems, verified
+    trajectories, update steps and contract — but the update goes into the one adapter that answers every capability."""
+
+    update_lr: float = Field(3e-3, gt=0, le=1, description=(
+        "learning rate of the monolith's update (the single LoRA's own training rate: at 1e-2 the rank-32 LoRA diverged)"))
+
+
 class Params(StrictModel):
     world: WorldParams
     tokenizer: TokenizerParams = TokenizerParams()
@@ -145,6 +155,7 @@ class Params(StrictModel):
     router: RouterParams = RouterParams()
     claims: ClaimsParams = ClaimsParams()
     versions: VersionsParams
+    monolith: MonolithParams = MonolithParams()
 
     @model_validator(mode="after")
     def _versions_seed(self) -> "Params":

@@ -3,7 +3,9 @@
 Units: C1 (specialists vs one LoRA on the mixture) — unit = capability inside the seed it was trained
 in (each seed trains every model independently): value = verified success rate of that capability's
 test suite. C2 (router → specialist vs oracle routing) — unit = test conversation inside a seed:
-value = 1 when every turn of the conversation was answered correctly.
+value = 1 when every turn of the conversation was answered correctly. C3's forgetting comparison (the same
+versioned loop on the mixture of LoRA vs on one monolithic LoRA) — unit = capability inside the seed the loop ran
+on: value = v0's verified success minus the final version's on the earlier acceptance suites.
 """
 from __future__ import annotations
 
@@ -239,6 +241,104 @@ def loop_claim_specs(p: Params) -> list[ClaimSpec]:
         ClaimSpec(id="latest_version_retains_v0_suite", table="versions_v0_suite", kind="non_inferiority", margin=m, **common,
                   statement=f"the last accepted version is non-inferior to v0 on v0's acceptance suite (margin {m:g})"),
     ]
+
+
+# ------------------------------------------------------------------ MoL vs monolithic forgetting (C3's second half)
+LOOP_ARMS = ("mol", "monolith")
+MONOLITH_LEARNED = "the monolith's v0 (the single LoRA) learned every capability"
+BOTH_ACCEPTED = "both loops accepted a version after v0"
+MONOLITH_UPDATES_CONVERGED = "every accepted monolith update's dev success plateaued"
+SAME_SUITES = "both loops were judged on the same acceptance suites"
+C3F_PRE = (SPECIALISTS_LEARNED, MONOLITH_LEARNED, BOTH_ACCEPTED, UPDATES_CONVERGED, MONOLITH_UPDATES_CONVERGED, SAME_SUITES)
+
+
+def earlier_suites(answers: dict, final_shift: int) -> list[str]:
+    """The acceptance suites of the traffic before the last cycle's (shift < ``final_shift``): the same suites for
+    both arms, whatever each arm accepted ("0" is v0's own suite)."""
+    return sorted((sid for sid in next(iter(answers["answers"].values())) if int(sid) < final_shift), key=int)
+
+
+def forgetting(answers: dict, suites: list[str]) -> dict[str, float]:
+    """Per capability: v0's verified success minus the final (last accepted) version's, averaged over ``suites``
+    (each suite's success is the share of its items; > 0 = forgot)."""
+    ans = answers["answers"]
+    final = _version_order(ans)[-1]
+    return {cap: float(np.mean([np.mean(ans["v0"][sid][cap]) - np.mean(ans[final][sid][cap]) for sid in suites]))
+            for cap in CAPABILITIES}
+
+
+def forgetting_table(answers_by_arm: dict[str, dict], suites: list[str], seed: int) -> dict[str, pd.DataFrame]:
+    """Per-unit table ``forgetting``: arm (mol, monolith) × (capability, seed) — the level the loop was run at
+    (one loop run per arm and seed); the items of a suite are nested inside it and are averaged, never units."""
+    if not suites:
+        return {}
+    return {"forgetting": unit_table([{"arm": arm, "cluster": seed, "unit": cap, "value": v}
+                                      for arm, answers in answers_by_arm.items() for cap, v in forgetting(answers, suites).items()])}
+
+
+def retention_rows(lineage_by_arm: dict[str, list[dict]]) -> pd.DataFrame:
+    """Per cycle, every capability on every earlier accepted suite: candidate vs parent success (the plot CSV)."""
+    rows = []
+    for arm, lineage in lineage_by_arm.items():
+        for r in lineage:
+            for sid, per in sorted(r.get("retention_by_capability", {}).items()):
+                for cap in CAPABILITIES:
+                    rows.append({"arm": arm, "candidate": r["candidate"], "status": r["status"], "updated": r["capability"],
+                                 "suite": sid, "capability": cap, "candidate_success": per[cap]["candidate"],
+                                 "parent_success": per[cap]["parent"], "drop": per[cap]["parent"] - per[cap]["candidate"]})
+    return pd.DataFrame(rows, columns=["arm", "candidate", "status", "updated", "suite", "capability", "candidate_success",
+                                       "parent_success", "drop"])
+
+
+def _suite_hashes(lineage: list[dict]) -> dict[str, str]:
+    return {sid: h for r in lineage for sid, h in r.get("data", {}).get("suites_sha256", {}).items()}
+
+
+def forgetting_preconditions(p: Params, rates: pd.DataFrame, lineage_by_arm: dict[str, list[dict]], ev: EvidenceParams) -> list[dict]:
+    """The monolith's v0 learned (the single LoRA of ``versions.seed``: own-suite floor and gain over the base, per
+    capability), both loops accepted an update, the monolith's accepted updates plateaued, and both were judged on
+    byte-identical suites (sha256 of every suite either lineage records)."""
+    c, seed = p.claims, p.versions.seed
+    mono = rates[(rates["arm"] == "single_lora") & (rates["seed"] == seed)].set_index("capability")["success"]
+    base = rates[(rates["arm"] == "base") & (rates["seed"] == seed)].set_index("capability")["success"]
+    failing = [f"{cap}: {mono[cap]:.2f} (base {base[cap]:.2f})" for cap in mono.index
+               if mono[cap] < c.min_own_success or mono[cap] - base[cap] < c.min_gain_over_base]
+    out = [precondition(MONOLITH_LEARNED, len(mono) == len(CAPABILITIES) and not failing,
+                        value=round(float(mono.min()), 4) if len(mono) else None, threshold=c.min_own_success,
+                        detail=f"single LoRA of seed {seed} on v0's suite, every capability ≥ {c.min_own_success:g} and ≥ "
+                               f"{c.min_gain_over_base:g} above the base" + ("; failing: " + ", ".join(failing) if failing else ""))]
+    accepted = {arm: [r for r in lin if r["status"] == "accepted" and r.get("candidate", "-") != "-"] for arm, lin in lineage_by_arm.items()}
+    out.append(precondition(BOTH_ACCEPTED, all(accepted.values()), value=min(len(a) for a in accepted.values()), threshold=1,
+                            detail="; ".join(f"{arm}: {len(a)} accepted" for arm, a in accepted.items())))
+    curves = [convergence(f"{r['candidate']} ({r['capability']})", dev_curve(r["history"], "dev_success"), ev, lower_is_better=False)
+              for r in accepted["monolith"]]
+    out.append(combine(MONOLITH_UPDATES_CONVERGED, curves, "accepted monolith updates' dev success curves") if curves else
+               precondition(MONOLITH_UPDATES_CONVERGED, False, detail="no accepted monolith update"))
+    a, b = (_suite_hashes(lineage_by_arm[arm]) for arm in LOOP_ARMS)
+    common = sorted(set(a) & set(b), key=int)
+    differ = [sid for sid in common if a[sid] != b[sid]]
+    out.append(precondition(SAME_SUITES, bool(common) and not differ, value=len(common) - len(differ), threshold=len(common),
+                            detail=f"suites {', '.join(common) or 'none'} recorded by both lineages"
+                                   + (f"; sha256 differs on {', '.join(differ)}" if differ else "")))
+    return out
+
+
+def forgetting_claim_specs(p: Params, suites: list[str]) -> list[ClaimSpec]:
+    return [ClaimSpec(
+        id="mol_forgets_less_than_monolith", table="forgetting", metric="forgetting (v0 − final version's verified success)",
+        method="mol", baseline="monolith", unit="capability", cluster="seed", higher_is_better=False, preconditions=C3F_PRE,
+        statement=(f"the same versioned loop forgets less on the mixture of LoRA (one adapter per capability) than on one "
+                   f"monolithic LoRA (rank {len(CAPABILITIES) * p.adapters.rank}): drop from v0 to the final version on the earlier "
+                   f"acceptance suites ({', '.join(suites) or 'none'}), per (capability, seed)"))]
+
+
+def forgetting_summary(answers_by_arm: dict[str, dict], suites: list[str]) -> dict:
+    out = {"earlier_suites": suites, "arms": {}}
+    for arm, answers in answers_by_arm.items():
+        per = forgetting(answers, suites) if suites else {}
+        out["arms"][arm] = {"final_version": _version_order(answers["answers"])[-1], "per_capability": per,
+                            "mean": float(np.mean(list(per.values()))) if per else None}
+    return out
 
 
 def loop_summary(lineage: list[dict], answers: dict) -> dict:

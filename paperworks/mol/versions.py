@@ -21,6 +21,9 @@ v0 is the four specialists of one training seed. A cycle:
 :class:`VersionStore` is the on-disk registry: ``accepted/<v>/<cap>.safetensors``, ``candidates/<c>/…``,
 ``serving.json`` (version + sha256 of each served file, re-checked on load), ``lineage.json``. Rollback to any
 accepted version is one call (``python -m paperworks.mol.versions rollback v0``).
+
+A store holds one file per **slot**: the four capabilities for the mixture of LoRA, or the one slot
+:data:`MONOLITH` for the monolithic model (one LoRA answers every capability; stage ``mol_versions_monolith``).
 """
 from __future__ import annotations
 
@@ -42,6 +45,7 @@ SERVING = "serving.json"
 LINEAGE = "lineage.json"
 # A mislabelling bug: the faulty candidate's update targets are written in this other capability's format.
 FAULT_SWAP = {"chat": "coding", "coding": "chat", "agent": "genui", "genui": "agent"}
+MONOLITH = "monolith"  # the one slot of a monolithic model's store
 
 
 def sha256_file(path: Path | str) -> str:
@@ -58,13 +62,25 @@ def sha256_json(obj) -> str:
 
 # ------------------------------------------------------------------ the registry on disk
 class VersionStore:
-    """Accepted versions (immutable), candidates, the serving pointer and the lineage, under ``root``."""
+    """Accepted versions (immutable), candidates, the serving pointer and the lineage, under ``root``.
 
-    def __init__(self, root: Path | str):
+    ``slots``: the adapter files of a version (default: the four capabilities; ``(MONOLITH,)`` for one monolithic
+    adapter). Omitted on an existing store, they are read from its first lineage record."""
+
+    def __init__(self, root: Path | str, slots: Sequence[str] | None = None):
         self.root = Path(root)
+        self._slots = tuple(slots) if slots else None
 
-    def path(self, version: str, cap: str) -> Path:
-        return self.root / "accepted" / version / f"{cap}.safetensors"
+    @property
+    def slots(self) -> tuple[str, ...]:
+        if self._slots is None:
+            lineage = self.lineage()
+            names = set(lineage[0]["adapters"]) if lineage else set(W.CAPABILITIES)
+            self._slots = tuple(W.CAPABILITIES) if names == set(W.CAPABILITIES) else tuple(sorted(names))
+        return self._slots
+
+    def path(self, version: str, slot: str) -> Path:
+        return self.root / "accepted" / version / f"{slot}.safetensors"
 
     def lineage(self) -> list[dict]:
         p = self.root / LINEAGE
@@ -78,11 +94,11 @@ class VersionStore:
 
     def _point(self, version: str) -> None:
         files = {cap: {"path": str(self.path(version, cap).relative_to(self.root)), "sha256": sha256_file(self.path(version, cap))}
-                 for cap in W.CAPABILITIES}
+                 for cap in self.slots}
         write_json(self.root / SERVING, {"version": version, "adapters": files})
 
     def init(self, adapters: dict[str, Path], record: dict) -> str:
-        """v0: copy the four adapter files in, serve them, first lineage record."""
+        """v0: copy the adapter files (one per slot) in, serve them, first lineage record."""
         if (self.root / LINEAGE).exists():
             raise ArtifactError(f"{self.root}: already holds a lineage (a store is initialised once)")
         self._copy_version("v0", adapters)
@@ -91,37 +107,42 @@ class VersionStore:
         return "v0"
 
     def _copy_version(self, version: str, adapters: dict[str, Path]) -> None:
-        missing = [c for c in W.CAPABILITIES if c not in adapters]
+        missing = [c for c in self.slots if c not in adapters]
         if missing:
             raise ValueError(f"version {version}: adapters missing for {missing}")
         with atomic_path(self.root / "accepted" / version) as tmp:
             tmp.mkdir(parents=True)
-            for cap in W.CAPABILITIES:
+            for cap in self.slots:
                 shutil.copyfile(adapters[cap], tmp / f"{cap}.safetensors")
 
     def _hashes(self, version: str) -> dict[str, str]:
-        return {cap: sha256_file(self.path(version, cap)) for cap in W.CAPABILITIES}
+        return {cap: sha256_file(self.path(version, cap)) for cap in self.slots}
 
     def serving(self) -> dict:
         """The served version and its adapter paths, every file re-hashed against the pointer (corruption → error)."""
         ptr = read_json(self.root / SERVING)
         out = {"version": ptr["version"], "adapters": {}}
-        for cap in W.CAPABILITIES:
+        for cap in self.slots:
             path = self.root / ptr["adapters"][cap]["path"]
             if not path.exists() or sha256_file(path) != ptr["adapters"][cap]["sha256"]:
                 raise ArtifactError(f"{path}: served adapter of {ptr['version']} is missing or altered (sha256 differs from {SERVING})")
             out["adapters"][cap] = path
-        out["sha256"] = {cap: ptr["adapters"][cap]["sha256"] for cap in W.CAPABILITIES}
+        out["sha256"] = {cap: ptr["adapters"][cap]["sha256"] for cap in self.slots}
         return out
 
-    def propose(self, candidate: str, cap: str, adapter_file: Path, checks: list[dict], record: dict) -> dict:
-        """Stage ``adapter_file`` (the updated ``cap``) as ``candidate`` of the served version; accept it only if
-        every check passed. Returns the lineage record (``status`` accepted or rejected)."""
+    def propose(self, candidate: str, cap: str, adapter_file: Path, checks: list[dict], record: dict,
+                slot: str | None = None) -> dict:
+        """Stage ``adapter_file`` (the updated ``slot``, by default the capability ``cap``'s own) as ``candidate`` of
+        the served version; accept it only if every check passed. Returns the lineage record (``status`` accepted or
+        rejected)."""
+        slot = slot or cap
+        if slot not in self.slots:
+            raise ValueError(f"{candidate}: slot {slot!r} is not one of this store's {self.slots}")
         parent = self.serving()
         cand_dir = self.root / "candidates" / candidate
-        with atomic_path(cand_dir / f"{cap}.safetensors") as tmp:
+        with atomic_path(cand_dir / f"{slot}.safetensors") as tmp:
             shutil.copyfile(adapter_file, tmp)
-        files = {c: parent["adapters"][c] for c in W.CAPABILITIES} | {cap: cand_dir / f"{cap}.safetensors"}
+        files = {c: parent["adapters"][c] for c in self.slots} | {slot: cand_dir / f"{slot}.safetensors"}
         hashes = {c: sha256_file(f) for c, f in files.items()}
         failed = [c["name"] for c in checks if not c["passed"]]
         rec = {**record, "candidate": candidate, "parent": parent["version"], "capability": cap, "adapters": hashes,
@@ -146,7 +167,7 @@ class VersionStore:
         if version not in accepted:
             raise ValueError(f"rollback to {version!r}: not an accepted version (accepted: {', '.join(accepted)})")
         recorded = next(r["adapters"] for r in self.lineage() if r["status"] == "accepted" and r["version"] == version)
-        altered = [c for c in W.CAPABILITIES if sha256_file(self.path(version, c)) != recorded[c]]
+        altered = [c for c in self.slots if sha256_file(self.path(version, c)) != recorded[c]]
         if altered:  # never point serving at files that differ from what the contract accepted
             raise ArtifactError(f"rollback to {version}: {', '.join(altered)} adapter(s) altered since acceptance "
                                 f"(sha256 differs from {LINEAGE}); still serving {read_json(self.root / SERVING)['version']}")
@@ -254,16 +275,18 @@ def _diff(cand: Sequence[bool], parent: Sequence[bool], margin: float | None, n_
 
 def contract_checks(cp, cap: str, *, data_verified: float, new_suite: tuple[Sequence[bool], Sequence[bool]],
                     retention: dict[str, dict[str, tuple[Sequence[bool], Sequence[bool]] | None]],
-                    identical: dict[str, bool], alpha: float, n_boot: int, seed: int) -> list[dict]:
+                    identical: dict[str, bool], alpha: float, n_boot: int, seed: int,
+                    others: Sequence[str] | None = None) -> list[dict]:
     """Every check of the contract for a candidate that updated ``cap``.
 
     ``new_suite``: (candidate, parent) item successes of ``cap`` on the new traffic's acceptance suite.
     ``retention[suite][c]``: (candidate, parent) item successes of capability ``c`` on an earlier accepted suite,
     or None where ``c``'s adapter is byte-identical to the parent's (the same greedy answers). ``identical[c]``:
-    the candidate's adapter of ``c`` has the parent's sha256 (must hold for every c ≠ cap)."""
+    the candidate's adapter of ``c`` has the parent's sha256 (must hold for every capability in ``others``: those
+    served by another adapter than the updated one — by default every c ≠ cap; none for a monolithic model)."""
     checks = [_check("update data verified", data_verified >= cp.min_data_verified, round(data_verified, 4), cp.min_data_verified,
                      f"share of the update's trajectories that {cap}'s verifier accepts")]
-    others = [c for c in W.CAPABILITIES if c != cap]
+    others = [c for c in W.CAPABILITIES if c != cap] if others is None else list(others)
     checks.append(_check("other adapters untouched", all(identical[c] for c in others), sum(identical[c] for c in others), len(others),
                          "sha256 of every other adapter equals the parent's"))
     cand, parent = new_suite
@@ -314,9 +337,16 @@ def lineage_rows(lineage: list[dict]) -> list[dict]:
             "parent_new_suite_success": r.get("new_suite", {}).get("parent"),
             "failed_checks": "; ".join(r.get("failed_checks", [])) or "-",
             "update_data_sha256": (r.get("data", {}).get("update_sha256") or "-")[:12],
-            "adapter_sha256": (r["adapters"][cap] if cap else sha256_json(r["adapters"]))[:12],
+            "adapter_sha256": _adapter_sha(r["adapters"], cap)[:12],
         })
     return rows
+
+
+def _adapter_sha(adapters: dict[str, str], cap: str | None) -> str:
+    """The updated capability's file (mixture of LoRA), the one file (monolith), else a hash of all of them (v0)."""
+    if cap in adapters:
+        return adapters[cap]
+    return next(iter(adapters.values())) if len(adapters) == 1 else sha256_json(adapters)
 
 
 def lineage_markdown(lineage: list[dict], serving: str) -> str:

@@ -1,5 +1,7 @@
 """Stage mol_evaluate: per-(capability, seed) success and contamination, whole-conversation success
-per routing policy, preconditions, claims, the success plot and the dev-loss curves."""
+per routing policy, preconditions, claims, the success plot and the dev-loss curves; the versioned loop on the
+mixture of LoRA (``mol_versions``) vs on one monolithic LoRA (``mol_versions_monolith``): forgetting per
+(capability, seed) and per-cycle retention of every capability on every earlier accepted suite."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +11,7 @@ from paperworks.core.io import atomic_path, read_json, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.mol import report
-from paperworks.mol.artifacts import BASE_HISTORY, PLOTS, ROUTER, VERSIONS, read_seed_results
+from paperworks.mol.artifacts import BASE_HISTORY, PLOTS, ROUTER, VERSIONS, VERSIONS_MONOLITH, read_seed_results
 from paperworks.mol.params import Params
 
 METRICS = Path("metrics/mol.json")
@@ -32,13 +34,20 @@ def main() -> None:
     answers = read_json(VERSIONS / "answers.json")
     tables |= report.version_tables(answers)
     pre += report.loop_preconditions(lineage, ev)
-    specs = report.claim_specs(p) + report.loop_claim_specs(p)
+    loops = {"mol": (lineage, answers),
+             "monolith": (read_json(VERSIONS_MONOLITH / "lineage.json"), read_json(VERSIONS_MONOLITH / "answers.json"))}
+    earlier = report.earlier_suites(answers, p.versions.cycles[-1].shift)
+    tables |= report.forgetting_table({arm: ans for arm, (_, ans) in loops.items()}, earlier, p.versions.seed)
+    pre += report.forgetting_preconditions(p, rates, {arm: lin for arm, (lin, _) in loops.items()}, ev)
+    specs = report.claim_specs(p) + report.loop_claim_specs(p) + report.forgetting_claim_specs(p, earlier)
     # a suite may hold no weakly cued item at all (tiny smoke suites): those two claims then have nothing to measure
     specs = [s for s in specs if s.table in tables or s.table not in ("success_weak_cue", "contamination_weak_cue")]
     claims = evaluate_claims(specs, tables, pre, ev, seed=seed, track="mol")
     write_unit_tables("mol", tables)
     write_text(PLOTS / "success.csv", rates.to_csv(index=False, float_format="%.6g"))
     write_text(PLOTS / "dev_loss.csv", report.dev_loss_frame(results, base_history).to_csv(index=False, float_format="%.6g"))
+    write_text(PLOTS / "retention.csv", report.retention_rows({arm: lin for arm, (lin, _) in loops.items()})
+               .to_csv(index=False, float_format="%.6g"))
     with atomic_path(PLOTS / "success.png") as tmp:
         report.plot_success(rates, tmp)
     write_json(METRICS, {
@@ -48,6 +57,8 @@ def main() -> None:
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(rates, conv, routes, results),
         "versions": report.loop_summary(lineage, answers),
+        "versions_monolith": report.loop_summary(*loops["monolith"]),
+        "forgetting": report.forgetting_summary({arm: ans for arm, (_, ans) in loops.items()}, earlier),
         "preconditions": pre,
         "training_runs": len(results),
     })

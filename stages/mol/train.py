@@ -1,6 +1,7 @@
 """Stage mol_train@<seed>: on the frozen base, four LoRA specialists (one per capability), one LoRA on
 the mixture (4 × rank, 4 × steps: the same trainable parameters and total steps) and multi-task full
-fine-tuning (4 × steps); every model (and the base) answers the test suites and every turn of the
+fine-tuning (4 × steps); the specialists and the single LoRA are saved (the single LoRA is v0 of
+``mol_versions_monolith``); every model (and the base) answers the test suites and every turn of the
 test conversations; each answer is checked by its capability's external verifier."""
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
 from paperworks.mol import world as W
-from paperworks.mol.artifacts import BASE, WORLD, read_world, seed_dir
+from paperworks.mol.artifacts import BASE, WORLD, read_world, seed_dir, single_lora_file
 from paperworks.mol.models import freeze, save_adapter, full_ft_model, generate, lora_model, train_on, trainable_parameters
 from paperworks.mol.params import Params
 
@@ -96,6 +97,8 @@ def main() -> None:
         cpu[arm] = time.process_time() - t0
         suite += answer_suite(model, tok, arm, W.CAPABILITIES, world, mnt)
         turns += answer_turns(model, tok, arm, world, mnt)
+        if arm == "single_lora":  # v0 of the versioned loop on one monolithic model (mol_versions_monolith)
+            save_adapter(model, single_lora_file(args.seed), n * a.rank, a.alpha_over_rank * n * a.rank)
         del model
     suite += answer_suite(base, tok, "base", W.CAPABILITIES, world, mnt)
 

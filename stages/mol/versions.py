@@ -7,9 +7,15 @@ Prefect deployment ``flows/mol_cycle.py`` runs once per scheduled run on a live 
 versions, candidates, ``serving.json``, ``lineage.json``, ``lineage.md``, per-item answers of every accepted
 version on every acceptance suite), ``metrics/mol_versions.json`` (scalars for ``dvc exp show``) and
 ``plots/mol/lineage.csv``.
+
+``--layout monolith`` (stage ``mol_versions_monolith``) runs the same loop on one monolithic model: v0 = the one
+LoRA on the mixture that ``mol_train@<versions.seed>`` trained, every update rewrites that one adapter
+(:func:`paperworks.mol.loop.monolith_layout`); outputs ``data/mol/versions_monolith``,
+``metrics/mol_versions_monolith.json``, ``plots/mol/lineage_monolith.csv``.
 """
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -24,16 +30,27 @@ from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
 from paperworks.mol import versions as V
 from paperworks.mol import world as W
-from paperworks.mol.artifacts import BASE, PLOTS, VERSIONS, WORLD, read_world, seed_dir
-from paperworks.mol.loop import Loop
+from paperworks.mol.artifacts import BASE, PLOTS, VERSIONS, VERSIONS_MONOLITH, WORLD, read_world, seed_dir, single_lora_file
+from paperworks.mol.loop import Loop, mol_layout, monolith_layout
 from paperworks.mol.models import freeze
 from paperworks.mol.params import Params
 
-METRICS = Path("metrics/mol_versions.json")
+# layout → (v0's files by slot, store, metrics, lineage plot, run-log name)
+OUTPUTS = {
+    "mol": (lambda seed: {cap: seed_dir(seed) / "adapters" / f"{cap}.safetensors" for cap in W.CAPABILITIES},
+            VERSIONS, Path("metrics/mol_versions.json"), PLOTS / "lineage.csv", "mol_versions"),
+    "monolith": (lambda seed: {V.MONOLITH: single_lora_file(seed)},
+                 VERSIONS_MONOLITH, Path("metrics/mol_versions_monolith.json"), PLOTS / "lineage_monolith.csv", "mol_versions_monolith"),
+}
+LAYOUTS = {"mol": mol_layout, "monolith": monolith_layout}
 
 
 @stage_main
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layout", choices=sorted(LAYOUTS), default="mol")
+    args = ap.parse_args()
+    v0_files, out_dir, metrics, lineage_csv, log_name = OUTPUTS[args.layout]
     p = load_section("mol", Params)
     vp = p.versions
     raw = read_params_file()
@@ -45,12 +62,12 @@ def main() -> None:
     base, cfg, _ = load_checkpoint(BASE)
     freeze(base)
 
-    loop = Loop(p, g, world, tok, base, cfg, ev)
+    loop = Loop(p, g, world, tok, base, cfg, ev, LAYOUTS[args.layout](p))
     cpu: dict[str, float] = {}
 
-    with atomic_path(VERSIONS) as root, tempfile.TemporaryDirectory() as scratch:
-        store = V.VersionStore(root)
-        loop.init_store(store, {cap: seed_dir(vp.seed) / "adapters" / f"{cap}.safetensors" for cap in W.CAPABILITIES})
+    with atomic_path(out_dir) as root, tempfile.TemporaryDirectory() as scratch:
+        store = loop.new_store(root)
+        loop.init_store(store, v0_files(vp.seed))
         for k in range(1, len(vp.cycles) + 1):
             cpu[f"cand{k}"] = loop.cycle(store, k, Path(scratch))["cpu_s"]
         answers = loop.answers(store)
@@ -60,9 +77,9 @@ def main() -> None:
         serving = store.serving()["version"]
         write_text(Path(root) / "lineage.md", V.lineage_markdown(lineage, serving))
 
-    write_text(PLOTS / "lineage.csv", pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
+    write_text(lineage_csv, pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
     cands = [r for r in lineage if r["candidate"] != "-"]
-    write_json(METRICS, {
+    write_json(metrics, {
         "profile": raw.get("profile"),
         "serving_version": serving,
         "accepted": sum(r["status"] == "accepted" for r in cands),
@@ -75,7 +92,7 @@ def main() -> None:
         "versions": {v: {f"suite_{sid}": {cap: float(np.mean(x)) for cap, x in per.items()} for sid, per in by.items()}
                      for v, by in answers.items()},
     })
-    write_run_log("mol_versions", {"cpu_s": cpu})
+    write_run_log(log_name, {"cpu_s": cpu})
 
 
 if __name__ == "__main__":

@@ -46,6 +46,20 @@ def test_smoke_pipeline(smoke_repo):
     assert set(pd.read_csv(smoke_repo / "plots/mol/lineage.csv")["status"]) == {"accepted", "rejected"}
     assert {"latest_version_beats_v0_on_new_traffic", "latest_version_retains_v0_suite"} <= set(claims)
     assert set(metrics["versions"]["rejected"]) >= {"cand2"} and metrics["versions"]["faulty_candidates_rejected"]
+    # the same loop on one monolithic model: v0 = mol_train's single LoRA, one slot, every update rewrites it
+    mono_store = VersionStore(smoke_repo / "data/mol/versions_monolith")
+    mono_lineage = mono_store.lineage()
+    assert mono_store.slots == ("monolith",) and set(mono_lineage[0]["adapters"]) == {"monolith"}
+    assert mono_lineage[0]["adapters"]["monolith"] == sha256_file(smoke_repo / "data/mol/train/seed_0/single_lora.safetensors")
+    assert [r.get("candidate") for r in mono_lineage] == [r.get("candidate") for r in lineage]  # the same cycles
+    assert all(set(r["retention_by_capability"]["0"]) == {"chat", "agent", "coding", "genui"} for r in mono_lineage[1:])
+    mono_metrics = json.loads((smoke_repo / "metrics/mol_versions_monolith.json").read_text())
+    assert mono_metrics["candidates"]["cand2"]["status"] == "rejected"  # the same contract rejects the faulty update
+    forgetting = claims["mol_forgets_less_than_monolith"]
+    assert forgetting["role"] == "exploratory" and forgetting["units"]["unit"] == "capability" and forgetting["units"]["cluster"] == "seed"
+    assert forgetting["verdict"].startswith("not tested") and "at least 2 independent seeds" in forgetting["verdict"]  # one loop run
+    assert metrics["forgetting"]["earlier_suites"] == ["0", "1"] and set(metrics["forgetting"]["arms"]) == {"mol", "monolith"}
+    assert set(pd.read_csv(smoke_repo / "plots/mol/retention.csv")["arm"]) == {"mol", "monolith"}
     # the fifth specialist: one new adapter, the four read back byte-identical, their suites' per-item results unchanged
     fifth = json.loads((smoke_repo / "metrics/mol_fifth.json").read_text())
     assert fifth["all_checks_passed"] and {c["name"] for c in fifth["checks"]} >= {"the four adapters read back byte-identical",
