@@ -97,6 +97,8 @@ class XLoraParams(StrictModel):
 
     steps: int = Field(900, ge=2, le=1_000_000, description="classifier steps on the mixture (default: one specialist's steps)")
     lr: float = Field(1e-3, gt=0, le=1)
+    eval_every: int = Field(90, ge=1, le=100_000, description=(
+        "dev loss + dev success every this many steps (X-LoRA generates without a KV cache: each evaluation is costly)"))
     depth: int = Field(1, ge=1, le=8, description="classifier layers (1 = one linear map of the hidden state)")
     size: int = Field(64, ge=4, le=4096, description="classifier hidden width (used when depth > 1)")
     layerwise: bool = Field(False, description="one mixture per layer instead of one broadcast to every layer")
@@ -108,6 +110,7 @@ class PolyParams(StrictModel):
 
     steps: int = Field(3600, ge=2, le=1_000_000, description="steps on the mixture (default: the single LoRA's 4 × adapters.steps)")
     lr: float = Field(1e-2, gt=0, le=1, description="Poly scales its LoRA by 1/r (no alpha): its own rate, not searched")
+    eval_every: int = Field(240, ge=1, le=100_000, description="dev loss + dev success every this many steps")
     n_skills: int = Field(4, ge=1, le=64, description="4 skills of adapters.rank = the four specialists' LoRA parameters")
     n_splits: int = Field(1, ge=1, le=16)
 

@@ -57,7 +57,7 @@ def run_xlora(p: Params, base, tok, world, seed: int, g: int, ctx: int, mixture,
             mismatch.append(cap)
     t0 = time.process_time()
     hist = train_on(model, tok, mixture, mixture_dev, x.steps, x.lr, a, ctx, derive_seed(g, "mol", "xlora_order", seed),
-                    a.eval_every, None, f"xlora seed {seed}", verified_share(mixture_dev, world["tables"]))
+                    x.eval_every, None, f"xlora seed {seed}", verified_share(mixture_dev, world["tables"]))
     cpu = time.process_time() - t0
     suite = answer_suite(model, tok, "xlora", W.CAPABILITIES, world, a.max_new_tokens)
     turns = answer_turns(model, tok, "xlora", world, a.max_new_tokens)
@@ -73,9 +73,8 @@ def run_poly(p: Params, base, tok, world, seed: int, g: int, ctx: int, mixture, 
     a, q = p.adapters, p.learned_routing.poly
     model = L.poly_model(base, a.rank, q.n_skills, q.n_splits, derive_seed(g, "mol", "poly", seed))
     data, dev = L.encode_tasks(tok, mixture, ctx), L.encode_tasks(tok, mixture_dev, ctx)
-    n = len(W.CAPABILITIES)
     cfg = TrainConfig(steps=q.steps, batch_size=a.batch_size, lr=q.lr, warmup_steps=max(1, q.steps // 20),
-                      log_every=n * a.eval_every, eval_every=n * a.eval_every)
+                      log_every=q.eval_every, eval_every=q.eval_every)
     share = verified_share(mixture_dev, world["tables"])
     dev_prompts, dev_tasks = [x["prompt"] for x in mixture_dev], [L.TASK_ID[x["capability"]] for x in mixture_dev]
 
