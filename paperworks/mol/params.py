@@ -9,6 +9,7 @@ from paperworks.core.lm import LMConfig
 from paperworks.core.params import StrictModel
 
 RouterName = Literal["rules", "tfidf_lr", "minilm_lr"]
+LearnedRouting = Literal["xlora", "poly"]
 
 
 class WorldParams(StrictModel):
@@ -91,6 +92,43 @@ class RouterParams(StrictModel):
         return self
 
 
+class XLoraParams(StrictModel):
+    """peft X-LoRA over the four trained specialists (frozen): only its classifier trains, on the mixture."""
+
+    steps: int = Field(900, ge=2, le=1_000_000, description="classifier steps on the mixture (default: one specialist's steps)")
+    lr: float = Field(1e-3, gt=0, le=1)
+    eval_every: int = Field(90, ge=1, le=100_000, description=(
+        "dev loss + dev success every this many steps (X-LoRA generates without a KV cache: each evaluation is costly)"))
+    depth: int = Field(1, ge=1, le=8, description="classifier layers (1 = one linear map of the hidden state)")
+    size: int = Field(64, ge=4, le=4096, description="classifier hidden width (used when depth > 1)")
+    layerwise: bool = Field(False, description="one mixture per layer instead of one broadcast to every layer")
+    temperature: float = Field(1.0, gt=0, le=100, description="softmax temperature of the mixture")
+
+
+class PolyParams(StrictModel):
+    """peft Polytropon: ``n_skills`` LoRA skills (rank = adapters.rank) shared by the four capabilities (tasks)."""
+
+    steps: int = Field(3600, ge=2, le=1_000_000, description="steps on the mixture (default: the single LoRA's 4 × adapters.steps)")
+    lr: float = Field(1e-2, gt=0, le=1, description="Poly scales its LoRA by 1/r (no alpha): its own rate, not searched")
+    eval_every: int = Field(240, ge=1, le=100_000, description="dev loss + dev success every this many steps")
+    n_skills: int = Field(4, ge=1, le=64, description="4 skills of adapters.rank = the four specialists' LoRA parameters")
+    n_splits: int = Field(1, ge=1, le=16)
+
+
+class LearnedRoutingParams(StrictModel):
+    """Learned-routing ablations (``mol.learned_routing``, stage ``mol_learned_routing``), exploratory claims only."""
+
+    methods: list[LearnedRouting] = Field(default_factory=lambda: ["xlora", "poly"], min_length=1)
+    xlora: XLoraParams = XLoraParams()
+    poly: PolyParams = PolyParams()
+
+    @model_validator(mode="after")
+    def _distinct(self) -> "LearnedRoutingParams":
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods={self.methods}: must be distinct")
+        return self
+
+
 class ClaimsParams(StrictModel):
     min_own_success: float = Field(0.6, ge=0, le=1, description="each specialist's success on its own suite …")
     min_gain_over_base: float = Field(0.2, ge=0, le=1, description="… and its gain over the base (precondition)")
@@ -153,6 +191,7 @@ class Params(StrictModel):
     base: BaseParams
     adapters: AdapterParams
     router: RouterParams = RouterParams()
+    learned_routing: LearnedRoutingParams = LearnedRoutingParams()
     claims: ClaimsParams = ClaimsParams()
     versions: VersionsParams
     monolith: MonolithParams = MonolithParams()

@@ -80,6 +80,15 @@ def test_smoke_pipeline(smoke_repo):
                           "also, list the draft files of bob, limit 2"], cwd=smoke_repo).stdout)
     assert out["version"] == served["version"] and [t["turn"] for t in out["turns"]] == [0, 1]
     assert all(t["adapter"]["sha256"] == served["sha256"][t["route"]] and t["latency_ms"] > 0 for t in out["turns"])
+    # learned-routing ablations (X-LoRA, Polytropon): exploratory claims over (capability, seed) and (conversation, seed)
+    lr = json.loads((smoke_repo / "metrics/mol_learned_routing.json").read_text())
+    lr_claims = {c["id"]: c for c in assert_claims_meet_standard(lr, "mol_learned_routing", smoke_repo)}
+    assert set(lr_claims) == {"xlora_matches_oracle_specialists", "xlora_matches_router", "poly_matches_oracle_specialists",
+                              "poly_routed_matches_router"} and all(c["role"] == "exploratory" for c in lr_claims.values())
+    assert lr_claims["xlora_matches_oracle_specialists"]["units"]["n_units"] == 2 * 4
+    pre = {p["name"]: p for p in lr["preconditions"]}
+    assert pre["X-LoRA holds the trained specialists"]["passed"] and pre["learned routing had the baselines' steps and data"]["passed"]
+    assert lr["not_run"] == {}
     img = Image.open(smoke_repo / "plots/mol/success.png")
     assert img.format == "PNG" and img.size[0] > 300
     out = dvc(smoke_repo, "repro", "--glob", "mol_*").stdout  # a second repro has nothing to do
