@@ -1,7 +1,8 @@
 """Stage-1 throughput of the person-search track at PAB gallery sizes, end to end, with where the time goes.
 
-One command prints the tables; ``--write`` also writes ``benchmarks/results/person_search_index.md``
-(run it on an idle machine for the committed figures):
+One command (≈ 10–12 min on 2 cores with all five precisions, estimated from a reduced run; the
+bfloat16 ones are skipped on CPUs without native bf16) prints the tables; ``--write`` also writes
+``benchmarks/results/person_search_index.md`` (run it on an idle machine for the committed figures):
 
     PYTHONPATH=$PWD python benchmarks/person_search_index.py --write
 
@@ -41,10 +42,10 @@ text towers are untrained ``DualEncoder`` text heads (same shapes as trained one
 load average (``/proc/loadavg``, 1 min) is printed beside every row, the CPU's vector extensions
 in the header: on a shared machine the figures are loaded and say so.
 
-A reduced check (not for the results file):
+A reduced check (≈ 1.5 min on 2 cores; not for the results file):
 
-    PYTHONPATH=$PWD python benchmarks/person_search_index.py --sizes 5949 --threads 1 --queries 100 \
-        --repeats 1 --old-queries 20 --agree-queries 60
+    PYTHONPATH=$PWD python benchmarks/person_search_index.py --sizes 36773 --threads 1,2 --queries 100 \
+        --repeats 1 --old-queries 10 --agree-queries 100
 """
 from __future__ import annotations
 
