@@ -60,7 +60,7 @@ def test_text_precision_names_allowed_values():
     s["text"]["precision"] = "int8"
     msg = _error(s)
     assert "person_search.text.precision" in msg
-    assert "'float32', 'bfloat16', 'bfloat16_weights' or 'int8_dynamic'" in msg
+    assert "'float32', 'bfloat16', 'bfloat16_weights', 'int8_dynamic' or 'int8_smooth'" in msg
 
 
 def test_out_of_range_and_typos_fail_with_key_path():
