@@ -215,7 +215,8 @@ def main() -> None:
         summary["poly"]["routed_conversations"] = float(conv_table[conv_table["arm"] == f"router_{p.router.headline}_poly"]["value"].mean())
     write_json(METRICS, {"profile": raw.get("profile"), "claims": claims, "claim_summary": claim_summary(claims),
                          "evidence": evidence_block(ev, g), "summary": summary, "preconditions": pre, "training_runs": len(a.seeds),
-                         "not_run": {m: "not in mol.learned_routing.methods" for m in ("xlora", "poly") if m not in lr.methods}})
+                         "not_run": {m: f"not in mol.learned_routing.methods of the {raw.get('profile')} profile: its claims are not tested here"
+                                     for m in ("xlora", "poly") if m not in lr.methods}})
     for c in claims:
         print(f"{c['id']}: {c['verdict']}  ({c['method_mean']} vs {c['baseline_mean']})")
 
