@@ -332,7 +332,11 @@ def reliability_units(rel: pd.DataFrame, p: Params) -> dict[str, pd.DataFrame]:
     """``selective_accuracy``: arm ``<fusion>_answered`` = the test questions the head answered at its dev-fitted
     threshold, arm ``<fusion>_all`` = every test question (value = correct; unit question, cluster seed; the two
     arms hold different questions, so the comparison is unpaired at the question level).
-    ``degradation_drop``: arm = fusion, value = clean − degraded correctness of the same test question."""
+    ``degradation_drop``: arm = fusion, value = clean − degraded correctness of the same test question.
+    Only the fusions a claim reads are kept (the abstention fusions, cascade and foundation): the other arms' numbers
+    are in the plot tables, and a unit row per question of every arm made an 8 MB committed table."""
+    claimed = set(p.reliability.abstention_fusions) | {"cascade", "foundation"}
+    rel = rel[rel["fusion"].isin(claimed)]
     test = rel[rel["split"] == "test"]
     parts = []
     for fusion, g in test.groupby("fusion"):

@@ -64,9 +64,9 @@ def test_token_check_names_the_encoder():
         check_tokens_match(t, t[:2], "xray")
 
 
-def _rel():
+def _rel(fusions=("foundation", "cascade")):
     rows = []
-    for fusion in ("foundation", "cascade"):
+    for fusion in fusions:
         for seed in (0, 1):
             for k in range(4):
                 for split, correct in (("test", k % 2), ("test_degraded", 0), ("dev", 1)):
@@ -91,6 +91,9 @@ def test_reliability_units_answered_arm_and_drop():
     drop = units["degradation_drop"]
     assert drop.set_index(["arm", "cluster", "unit"])["value"].to_dict()[("cascade", "1", "q1")] == 1.0  # right clean, wrong degraded
     assert drop[drop["unit"] == "q0"]["value"].eq(0).all()
+    # a fusion no claim reads (here `parallel`) stays out of the unit tables (its numbers are in the plot tables)
+    with_parallel = report.reliability_units(_rel(("foundation", "parallel", "cascade")), p)
+    assert set(with_parallel["selective_accuracy"]["arm"]) == set(sel["arm"]) and set(with_parallel["degradation_drop"]["arm"]) == {"foundation", "cascade"}
     bad = _rel()
     bad = bad.drop(bad[(bad["split"] == "test_degraded") & (bad["key"] == "q3")].index[0])
     with pytest.raises(ValueError, match="degraded predictions do not cover"):
