@@ -25,12 +25,16 @@ Designed so that a search *protocol* is genuinely useful (the calibration notes 
   every fact of a region entity points inside the region and no fact outside points in, so questions
   on it (the ``transfer`` pool, test only) share no entity and no document with any training question
   or its protocol. The privileged branch reads, for them, another question's protocol (a *strategy*
-  protocol): whatever it gains there transfers across instances.
+  protocol): whatever it gains there transfers across instances. Every name (people, nicknames,
+  organisations, cities, and the new names of renamed entities) is a combination of words from shared
+  pools, and a region name only uses words that also occur in names outside the region, so the words a
+  transfer question needs written are words the model writes in training (``_name_combos``).
 
 Everything is a pure function of the seed; texts are lower-case words separated by single spaces.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -176,39 +180,44 @@ def _syllable_words(rng: np.random.Generator, n: int, taken: set[str], min_syll:
     return out
 
 
+def _name_combos(rng: np.random.Generator, pools: tuple[list[str], ...], n_outside: int, n_region: int,
+                 what: str) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """Names as combinations of one word per pool, in a random order: ``n_outside`` for the entities outside the
+    transfer region, then ``n_region`` whose every word also occurs in an outside name; returns (outside,
+    region, spare) where spare are the unused combinations made of outside words only (new names of renamed
+    entities). Why: a word that occurs only in held-out names is never written in training, so its output
+    embedding stays untrained and the model could never produce it, whatever a protocol tells it."""
+    combos = list(itertools.product(*pools))
+    order = [combos[i] for i in rng.permutation(len(combos))]
+    if n_outside > len(order):
+        raise ValueError(f"{what}: {n_outside} names asked of {len(order)} word combinations (enlarge the word pools)")
+    outside = order[:n_outside]
+    seen = {w for c in outside for w in c}
+    rest = [c for c in order[n_outside:] if all(w in seen for w in c)]
+    if len(rest) < n_region:
+        raise ValueError(f"{what}: {n_region} region names asked, only {len(rest)} unused combinations of words "
+                         f"used outside the region (enlarge the word pools)")
+    return outside, rest[:n_region], rest[n_region:]
+
+
 def build_world(cfg: WorldConfig, seed: int) -> World:
     rng = np.random.default_rng(seed)
     taken: set[str] = {w for forms in DOC_FORMS.values() for w in forms} | {REDIRECT_WORD, "alias"}  # never a name word
     # every name is a combination of words from shared pools, so each word occurs in many names and
-    # the model gets to *write* it during training (a word that only ever appears in held-out names
-    # would have an untrained output embedding and could never be produced)
+    # the model gets to *write* it during training (see _name_combos)
     firsts = _syllable_words(rng, 40, taken)
     lasts = _syllable_words(rng, 60, taken)
     nick_heads = _syllable_words(rng, 24, taken, 2, 2)
     nick_tails = _syllable_words(rng, max(30, cfg.n_persons // 20), taken, 2, 2)
-    org_words = _syllable_words(rng, max(8, cfg.n_orgs // 3), taken)
-    city_words = _syllable_words(rng, cfg.n_cities, taken)
-
-    entities: dict[str, Entity] = {}
+    # room for every organisation and city twice (renamed ones take a second name)
+    org_words = _syllable_words(rng, max(8, cfg.n_orgs // 2), taken)
+    city_heads = _syllable_words(rng, max(6, cfg.n_cities // 5), taken)
+    city_tails = _syllable_words(rng, max(5, cfg.n_cities // 6, -(-2 * cfg.n_cities // max(6, cfg.n_cities // 5))), taken, 1, 2)
     cities = [f"c{i:03d}" for i in range(cfg.n_cities)]
-    for eid, w in zip(cities, city_words):
-        entities[eid] = Entity(eid, "city", w, w)
     orgs = [f"o{i:03d}" for i in range(cfg.n_orgs)]
-    org_combos = [(w, sfx) for w in org_words for sfx in ORG_SUFFIXES]
-    for eid, j in zip(orgs, rng.choice(len(org_combos), size=cfg.n_orgs, replace=False)):
-        name = f"{org_combos[j][0]} {org_combos[j][1]}"
-        entities[eid] = Entity(eid, "org", name, name)
     persons = [f"p{i:03d}" for i in range(cfg.n_persons)]
-    pairs = [(f, l) for f in firsts for l in lasts]
-    chosen = rng.choice(len(pairs), size=cfg.n_persons - cfg.n_collisions, replace=False)
-    names = [f"{pairs[j][0]} {pairs[j][1]}" for j in chosen]
-    # colliding names: the last n_collisions people reuse a name of an earlier person
-    names += [names[int(j)] for j in rng.choice(len(names), size=cfg.n_collisions, replace=False)]
-    nick_pairs = [(a, b) for a in nick_heads for b in nick_tails]
-    nicknames = [f"{nick_pairs[j][0]} {nick_pairs[j][1]}" for j in rng.choice(len(nick_pairs), size=cfg.n_persons, replace=False)]
 
-    # the closed transfer region, from its own stream (with transfer_share = 0 it is empty and every
-    # draw below is the one the world without it makes)
+    # the closed transfer region, from its own stream (with transfer_share = 0 it is empty)
     region: set[str] = set()
     if cfg.transfer_share > 0:
         region_rng = np.random.default_rng([seed, 4])
@@ -218,6 +227,26 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
                 raise ValueError(f"transfer_share {cfg.transfer_share} leaves no entity of a type outside the region")
             region.update(group[i] for i in region_rng.choice(len(group), size=k, replace=False))
 
+    def assign(ids: list[str], pools: tuple[list[str], ...], what: str) -> tuple[dict[str, str], list[tuple[str, ...]]]:
+        """id → name for ``ids`` (outside the region first, then the region), and the spare combinations."""
+        out_ids, reg_ids = [e for e in ids if e not in region], [e for e in ids if e in region]
+        outside, inside, spare = _name_combos(rng, pools, len(out_ids), len(reg_ids), what)
+        return {e: " ".join(c) for e, c in zip(out_ids + reg_ids, outside + inside)}, spare
+
+    entities: dict[str, Entity] = {}
+    city_name, city_spare = assign(cities, (city_heads, city_tails), "world.n_cities")
+    for eid in cities:
+        entities[eid] = Entity(eid, "city", city_name[eid], city_name[eid])
+    org_name, org_spare = assign(orgs, (org_words, list(ORG_SUFFIXES)), "world.n_orgs")
+    for eid in orgs:
+        entities[eid] = Entity(eid, "org", org_name[eid], org_name[eid])
+    # colliding names: the last n_collisions people reuse a name of an earlier person
+    unique = persons[:cfg.n_persons - cfg.n_collisions]
+    person_name, _ = assign(unique, (firsts, lasts), "world.n_persons")
+    for eid, j in zip(persons[len(unique):], rng.choice(len(unique), size=cfg.n_collisions, replace=False)):
+        person_name[eid] = person_name[unique[int(j)]]
+    nickname, _ = assign(persons, (nick_heads, nick_tails), "world.n_persons (nicknames)")
+
     # facts stay on their subject's side of the region boundary (each side's list built once, in order)
     sides = {id(g): ([x for x in g if x not in region], [x for x in g if x in region]) for g in (persons, orgs, cities)}
 
@@ -225,8 +254,8 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
         return sides[id(group)][eid in region] if region else group
 
     facts: dict[tuple[str, str], str] = {}
-    for eid, name, nick in zip(persons, names, nicknames):
-        entities[eid] = Entity(eid, "person", name, name, alias=nick)
+    for eid in persons:
+        entities[eid] = Entity(eid, "person", person_name[eid], person_name[eid], alias=nickname[eid])
         o, c = side(orgs, eid), side(cities, eid)
         facts[(eid, "employer")] = o[rng.integers(len(o))]
         facts[(eid, "birthplace")] = c[rng.integers(len(c))]
@@ -261,15 +290,22 @@ def build_world(cfg: WorldConfig, seed: int) -> World:
     # under the new one, with a redirect document in between
     if cfg.redirect_share > 0:
         ren_rng = np.random.default_rng([seed, 5])
-        used = {entities[e].name for e in orgs}
-        new_org_words = _syllable_words(ren_rng, max(4, len(orgs)), taken)
-        new_org_names = [f"{w} {ORG_SUFFIXES[int(ren_rng.integers(len(ORG_SUFFIXES)))]}" for w in new_org_words]
-        new_city_names = _syllable_words(ren_rng, len(cities), taken)
-        for group, fresh in ((orgs, new_org_names), (cities, new_city_names)):
+        for group, spare in ((orgs, org_spare), (cities, city_spare)):
             k = max(1, int(round(cfg.redirect_share * len(group))))
-            for j, i in enumerate(sorted(ren_rng.choice(len(group), size=k, replace=False).tolist())):
-                assert fresh[j] not in used
-                entities[group[i]].filed_as = fresh[j]
+            if k > len(spare):
+                raise ValueError(f"world.redirects.share {cfg.redirect_share}: {k} new names needed, {len(spare)} spare "
+                                 f"word combinations")
+            # new names: unused combinations of words that occur in names outside the region, sharing no word
+            # with the old name (the redirect document would otherwise start like the new name's own documents
+            # and win the repair search for it)
+            fresh = [spare[i] for i in ren_rng.permutation(len(spare))]
+            for i in sorted(ren_rng.choice(len(group), size=k, replace=False).tolist()):
+                old = set(entities[group[i]].base_name.split())
+                j = next((j for j, c in enumerate(fresh) if not old & set(c)), None)
+                if j is None:
+                    raise ValueError(f"world.redirects.share {cfg.redirect_share}: no spare name shares no word with "
+                                     f"{entities[group[i]].base_name!r} (enlarge the world or lower the share)")
+                entities[group[i]].filed_as = " ".join(fresh.pop(j))
     world = World(entities, facts, [], {}, {}, doc_word)
     docs = [world.fact_doc(s, r) for (s, r) in sorted(facts)]
     docs += [d for e in sorted(entities) if (d := world.redirect_doc(e)) is not None]
