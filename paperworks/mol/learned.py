@@ -20,11 +20,10 @@ import copy
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
 from paperworks.core.lm import TrainConfig, encode_sft
-from paperworks.core.lm.train import IGNORE, make_optimizer
+from paperworks.core.lm.train import IGNORE, train_sft
 from paperworks.mol.models import LORA_TARGETS
 from paperworks.mol.world import CAPABILITIES
 
@@ -119,40 +118,9 @@ def task_heldout_loss(model, data: dict[str, torch.Tensor], batch_size: int = 64
 
 def train_tasks(model, data: dict[str, torch.Tensor], cfg: TrainConfig, seed: int, eval_fn: Callable[[int], dict[str, float]],
                 desc: str = "poly") -> list[dict[str, float]]:
-    """``core.lm.train_sft``'s loop (AdamW over ``requires_grad`` params, warm-up + cosine, clipping, a seeded
-    permutation per epoch, evaluation every ``eval_every`` steps and at the end) with the batch's task ids."""
-    from tqdm import tqdm
-
-    rng = np.random.default_rng(seed)
-    n = data["input_ids"].shape[0]
-    opt, sched = make_optimizer(model, cfg)
-    history: list[dict[str, float]] = []
-    model.train()
-    order, cursor, running = rng.permutation(n), 0, []
-    for step in tqdm(range(cfg.steps), desc=desc, mininterval=2.0):
-        if cursor + cfg.batch_size > n:
-            order, cursor = rng.permutation(n), 0
-        idx = torch.as_tensor(order[cursor: cursor + cfg.batch_size])
-        cursor += cfg.batch_size
-        loss = task_loss(model, {k: v[idx] for k, v in data.items()})
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        sched.step()
-        running.append(loss.item())
-        last = step == cfg.steps - 1
-        do_eval = (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last
-        if (step + 1) % cfg.log_every == 0 or do_eval:
-            row = {"step": step + 1, "loss": float(np.mean(running)), "lr": sched.get_last_lr()[0], "grad_norm": float(grad_norm)}
-            running = []
-            if do_eval:
-                model.eval()
-                row.update(eval_fn(step + 1))
-                model.train()
-            history.append(row)
-    model.eval()
-    return history
+    """``core.lm.train_sft`` (same optimizer, schedule, clipping, data order, evaluation) with the batch's task ids
+    in the loss."""
+    return train_sft(model, data, cfg, seed, eval_fn=eval_fn, desc=desc, loss_fn=task_loss)
 
 
 @torch.no_grad()

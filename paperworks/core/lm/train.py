@@ -103,11 +103,14 @@ def train_sft(
     live_dir: Path | str | None = None,
     eval_fn: Callable[[int], dict[str, float]] | None = None,
     desc: str = "sft",
+    loss_fn: Callable[[object, dict[str, torch.Tensor]], torch.Tensor] | None = None,
 ) -> list[dict[str, float]]:
     """Train on ``data`` (from :func:`encode_sft`) for ``cfg.steps`` minibatches; returns the log rows.
 
     ``eval_fn(step) -> {name: value}`` runs every ``cfg.eval_every`` steps and at the end;
-    every row is also logged to dvclive under ``live_dir`` when given.
+    every row is also logged to dvclive under ``live_dir`` when given. ``loss_fn(model, batch)``
+    replaces the completion-masked LM loss (e.g. a loss that reads extra per-row fields such as task ids;
+    it gets the batch untrimmed).
     """
     from tqdm import tqdm
 
@@ -129,7 +132,8 @@ def train_sft(
             order, cursor = rng.permutation(n), 0
         idx = torch.as_tensor(order[cursor: cursor + cfg.batch_size])
         cursor += cfg.batch_size
-        loss = sft_loss(model, _trim({k: v[idx] for k, v in data.items()}))
+        batch = {k: v[idx] for k, v in data.items()}
+        loss = sft_loss(model, _trim(batch)) if loss_fn is None else loss_fn(model, batch)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
