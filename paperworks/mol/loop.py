@@ -4,8 +4,9 @@ what the Prefect deployment (``flows/mol_cycle.py``) runs once per scheduled run
 :class:`Loop` holds what every cycle needs (params, world, tokenizer, frozen base, the loop's suites / dev pools /
 audit traffic — deterministic from the params and the global seed, so the live store audits the same traffic the DVC
 stage did); :meth:`Loop.cycle` runs cycle ``k`` on a :class:`~paperworks.mol.versions.VersionStore`: audit with the
-served version → weakest capability → verified trajectories on seed problems → update that adapter → contract →
-accept or reject, and returns the lineage record.
+served version → weakest capability → harness search on a harness dev pool (:mod:`paperworks.mol.harness`) →
+verified trajectories on seed problems (the served adapter under the chosen harness + the teacher) → update that
+adapter → contract → accept or reject, and returns the lineage record.
 
 A :class:`Layout` is the one thing that differs between the mixture of LoRA and one monolithic model: which adapter
 file of a version answers — and is updated for — each capability. ``mol_versions`` runs the loop on
@@ -22,6 +23,7 @@ import numpy as np
 
 from paperworks.core.io import load_safetensors
 from paperworks.core.seeding import derive_seed
+from paperworks.mol import harness as H
 from paperworks.mol import versions as V
 from paperworks.mol import world as W
 from paperworks.mol.models import generate, lora_model, save_adapter, train_on
@@ -83,6 +85,16 @@ class Bank:
         self.load(self.model, path)
         return generate(self.model, self.tok, [x["prompt"] for x in items], self.mnt)
 
+    def generator(self, path: Path) -> H.Generate:
+        """The adapter file's ``generate(prompts, temperature, seed)`` for the harness (loaded on every call: the
+        bank's model is shared with other files between calls)."""
+        sample = H.model_generate(self.model, self.tok, self.mnt)
+
+        def generate(prompts: list[str], temperature: float | None, seed: int) -> list[str]:
+            self.load(self.model, path)
+            return sample(prompts, temperature, seed)
+        return generate
+
     def successes(self, path: Path, pool: str, cap: str, items: list[dict]) -> list[bool]:
         key = (V.sha256_file(path), pool, cap)
         if key not in self.cache:
@@ -110,11 +122,13 @@ class Loop:
         self.data = V.build_loop_data(world, self.vp, p.world.weak_cue_share, self.rng_for)
         self.suites, self.dev = self.data["suites"], self.data["dev"]
         self.held = V.held_out_bodies(world, self.suites) | {V.body(x) for d in self.dev.values() for items in d.values() for x in items}
+        self.trained = frozenset(V.body(x) for s in ("train", "dev") for items in world[s].values() for x in items)
         self.bank = Bank(base, tok, self.a, self.tables, self.layout.rank)
         self.suite_hash = {sid: V.sha256_json(s) for sid, s in self.suites.items()}
         self.config = {"update_steps": self.vp.update_steps, "update_lr": self.layout.update_lr, "replay_items": self.vp.replay_items,
                        "rank": self.layout.rank, "teacher_samples": self.vp.teacher_samples, "teacher_noise": self.vp.teacher_noise,
-                       "seed_problems": self.vp.seed_problems, "eval_every": self.vp.eval_every, "contract": self.vp.contract.model_dump()}
+                       "seed_problems": self.vp.seed_problems, "eval_every": self.vp.eval_every, "contract": self.vp.contract.model_dump(),
+                       "harness_search": self.vp.harness.model_dump(mode="json")}
 
     def rng_for(self, *parts) -> np.random.Generator:
         return np.random.default_rng(derive_seed(self.g, "mol", "versions", *parts))
@@ -151,13 +165,13 @@ class Loop:
         slot = lay.slot(cap)
         problems = V.traffic_items(self.rng_for("problems", k, cap), cap, vp.seed_problems, cycle.shift, vp.new_verb_share, self.held,
                                    p.world.weak_cue_share)
-        own = bank.outputs(answering[cap], problems)
+        own, harness, harness_pool = self.harness(k, cap, cycle, problems, answering[cap])
         kept, stats = V.propose_trajectories(self.rng_for("teacher", k), problems, cap, own, vp.teacher_samples, vp.teacher_noise,
                                              tables, cycle.faulty)
         pool = self.world["train"][cap]
         replay = [pool[i] for i in sorted(self.rng_for("replay", k).choice(len(pool), min(vp.replay_items, len(pool)), replace=False))]
         update = kept + replay
-        V.check_update_disjoint(update, self.held)
+        V.check_update_disjoint(update, self.held | {V.body(x) for x in harness_pool})
 
         model = lora_model(self.base, lay.rank, a.alpha_over_rank, derive_seed(g, "mol", "versions", "lora", k))
         bank.load(model, answering[cap])
@@ -192,14 +206,36 @@ class Loop:
             "data": {"update_sha256": V.sha256_json([[x["prompt"], x["target"]] for x in update]),
                      "problems_sha256": V.sha256_json(problems), "update_items": len(update), "replay_items": len(replay),
                      "suites_sha256": {sid: self.suite_hash[sid] for sid in sorted({s, *suite_of.values()})}},
-            "config": self.config, "history": history,
+            "config": self.config, "harness": harness, "history": history,
             "new_suite": {"suite": s, "candidate": float(np.mean(new_c)), "parent": float(np.mean(new_p))},
             "retention": ret_means, "retention_by_capability": ret_all})
-        print(f"{cand} (shift {s}{', faulty' if cycle.faulty else ''}): audit {audit} → update {cap}; kept "
+        print(f"{cand} (shift {s}{', faulty' if cycle.faulty else ''}): audit {audit} → update {cap}; harness "
+              f"{harness.get('label', harness.get('skipped'))}; kept "
               f"{stats['kept']}/{stats['proposed']}; new suite {np.mean(new_c):.3f} vs parent {np.mean(new_p):.3f} → "
               f"{rec['status']}{' as ' + rec['version'] if rec['version'] else ''}"
               + (f" ({'; '.join(rec['failed_checks'])})" if rec["failed_checks"] else ""))
         return {**rec, "cpu_s": time.process_time() - t0}
+
+    def harness(self, k: int, cap: str, cycle, problems: list[dict], served: Path) -> tuple[list[str | None], dict, list[dict]]:
+        """The served adapter's own answers to the seed problems under the harness Optuna chose on a harness dev pool
+        (None where no sample verified), the lineage's harness record and the pool. The faulty cycle skips the search:
+        its update data is the mislabelled teacher's alone, so the model's answers would be computed and dropped."""
+        if cycle.faulty:
+            return [None] * len(problems), {"skipped": "faulty cycle"}, []
+        hp, tables = self.vp.harness, self.tables
+        # its own rng stream; disjoint from every held-out request, the training items and this cycle's seed problems
+        pool = V.traffic_items(self.rng_for("harness", k, cap), cap, hp.pool, cycle.shift, self.vp.new_verb_share,
+                               self.held | self.trained | {V.body(x) for x in problems}, self.p.world.weak_cue_share)
+
+        def verify(x: dict, answer: str) -> bool:
+            return bool(W.verify(cap, W.request_from_dict(x), answer, tables))
+
+        generate = self.bank.generator(served)
+        chosen, record = H.search_harness(generate, pool, verify, hp, derive_seed(self.g, "mol", "versions", "harness", k))
+        run = H.run_harness(generate, problems, verify, chosen, derive_seed(self.g, "mol", "versions", "harness_run", k))
+        record.update(dev_pool_sha256=V.sha256_json(pool), problems=len(problems), problems_verified=run.verified,
+                      problems_samples=run.total_samples, samples=record["search_samples"] + run.total_samples)
+        return run.outputs, record, pool
 
     def answers(self, store: V.VersionStore) -> dict:
         """Every accepted version on every acceptance suite, per item (the per-unit values of the loop's claims)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from paperworks.core.lm import LMConfig
 from paperworks.core.params import StrictModel
@@ -156,6 +156,32 @@ class ContractParams(StrictModel):
     min_data_verified: float = Field(1.0, ge=0, le=1, description="share of the update's trajectories the contract re-verifies")
 
 
+class HarnessParams(StrictModel):
+    """The harness search of each cycle (``mol.versions.harness``, :mod:`paperworks.mol.harness`): how the served
+    adapter produces its own trajectories on the cycle's seed problems — greedy, or temperature sampling with up to
+    ``max_retries`` samples per problem, the first one the capability's verifier accepts kept — chosen by Optuna (TPE,
+    seeded from the cycle) on a harness dev pool of ``pool`` problems of the cycle's traffic (disjoint from every
+    suite, dev pool, training item and the seed problems). Skipped in the deliberately faulty cycle (its update data
+    is the mislabelled teacher's; the model's own answers are not used).
+
+    Few-shot exemplars (the paper's context configurations) are **not** searched: the ≈ 0.9 M-parameter base is
+    pre-trained on short generic documents and has no in-context learning to search over, and its context
+    (``base.model.max_positions`` = 96 at default, of which ``adapters.max_new_tokens`` = 48 are the answer) has no
+    room for an exemplar (a request and its answer are ≈ 40 tokens)."""
+
+    trials: int = Field(8, ge=1, le=1000, description="Optuna trials per cycle; the first is greedy decoding (the loop's old harness)")
+    max_retries: int = Field(4, ge=1, le=64, description="the most samples per problem the search may choose")
+    pool: int = Field(24, ge=2, le=10_000, description="harness dev-pool problems per cycle (of the weakest capability)")
+    temperature_range: tuple[float, float] = Field((0.3, 1.5), description="searched sampling temperature (low, high)")
+
+    @field_validator("temperature_range")
+    @classmethod
+    def _temperatures(cls, v: tuple[float, float]) -> tuple[float, float]:
+        if not 0 < v[0] <= v[1] <= 5:
+            raise ValueError(f"temperature_range={list(v)}: need 0 < low ≤ high ≤ 5 (greedy is its own choice)")
+        return v
+
+
 class VersionsParams(StrictModel):
     """The versioned loop (``mol.versions``): v0 = the specialists of ``seed``; each cycle audits shifted traffic
     with the verifiers, picks the weakest capability, keeps verified trajectories on seed problems, updates that
@@ -175,6 +201,7 @@ class VersionsParams(StrictModel):
     update_lr: float = Field(3e-3, gt=0, le=1)
     eval_every: int = Field(ge=1, le=100_000)
     contract: ContractParams = ContractParams()
+    harness: HarnessParams = HarnessParams()
 
 
 class MonolithParams(StrictModel):

@@ -224,9 +224,10 @@ def check_update_disjoint(update_items: Sequence[dict], held: frozenset[str]) ->
                          f"or dev-pool request), e.g. {leaked[0]!r}")
 
 
-def propose_trajectories(rng: np.random.Generator, problems: Sequence[dict], cap: str, model_outputs: Sequence[str],
+def propose_trajectories(rng: np.random.Generator, problems: Sequence[dict], cap: str, model_outputs: Sequence[str | None],
                          teacher_samples: int, teacher_noise: float, tables, faulty: bool) -> tuple[list[dict], dict]:
-    """Candidate trajectories per seed problem — the served adapter's greedy answer and ``teacher_samples`` from a
+    """Candidate trajectories per seed problem — the served adapter's answer under the cycle's harness
+    (:mod:`paperworks.mol.harness`: its first verified sample, None when none verified) and ``teacher_samples`` from a
     noisy teacher (with probability ``teacher_noise`` the answer of a request with another owner) — and the verified
     ones kept (deduplicated). ``faulty``: the mislabelling bug — targets in FAULT_SWAP[cap]'s format, nothing verified."""
     kept, seen, proposed, from_model = [], set(), 0, 0
@@ -243,8 +244,8 @@ def propose_trajectories(rng: np.random.Generator, problems: Sequence[dict], cap
                 else:
                     outs.append(("teacher", W.target(req, cap)))
         for source, out in outs:
-            proposed += 1
-            if not faulty and not W.verify(cap, req, out, tables):
+            proposed += 1  # a problem the harness found no verified answer for still counts as one model proposal
+            if out is None or (not faulty and not W.verify(cap, req, out, tables)):
                 continue
             if (x["prompt"], out) in seen:
                 continue
@@ -318,8 +319,8 @@ def pick_weakest(rates: dict[str, float]) -> str:
 
 
 # ------------------------------------------------------------------ tables
-LINEAGE_COLUMNS = ("candidate", "version", "parent", "status", "shift", "capability", "audit_success", "kept_share",
-                   "update_steps", "new_suite_success", "parent_new_suite_success", "failed_checks", "update_data_sha256",
+LINEAGE_COLUMNS = ("candidate", "version", "parent", "status", "shift", "capability", "audit_success", "harness", "harness_trials",
+                   "harness_dev_success", "harness_greedy_dev_success", "harness_samples", "kept_share", "update_steps", "new_suite_success", "parent_new_suite_success", "failed_checks", "update_data_sha256",
                    "adapter_sha256")
 
 
@@ -327,10 +328,18 @@ def lineage_rows(lineage: list[dict]) -> list[dict]:
     rows = []
     for r in lineage:
         cap = r.get("capability")
+        harness = r.get("harness", {})
         rows.append({
             "candidate": r.get("candidate", "-"), "version": r.get("version") or "-", "parent": r.get("parent") or "-",
             "status": r["status"], "shift": r.get("shift", 0), "capability": cap or "all",
             "audit_success": r.get("audit", {}).get(cap) if cap else None,
+            # the chosen harness (v0 has none; the faulty cycle skips the search), its verified share on the harness
+            # dev pool, greedy decoding's there (the first trial) and every sample the search and the run drew
+            "harness": f"skipped ({harness['skipped']})" if "skipped" in harness else harness.get("label", "-"),
+            "harness_trials": harness.get("n_trials"),
+            "harness_dev_success": harness.get("dev_verified_share"),
+            "harness_greedy_dev_success": harness.get("greedy_dev_verified_share"),
+            "harness_samples": harness.get("samples"),
             "kept_share": r.get("trajectories", {}).get("kept_share"),
             "update_steps": r.get("config", {}).get("update_steps"),
             "new_suite_success": r.get("new_suite", {}).get("candidate"),

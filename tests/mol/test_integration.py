@@ -44,6 +44,10 @@ def test_smoke_pipeline(smoke_repo):
     assert sha256_file(smoke_repo / "data/mol/versions/candidates/cand2" / f"{cap}.safetensors") != served["sha256"][cap]
     assert (smoke_repo / "data/mol/versions/lineage.md").read_text().startswith(f"Serving: **{served['version']}**")
     assert set(pd.read_csv(smoke_repo / "plots/mol/lineage.csv")["status"]) == {"accepted", "rejected"}
+    # the harness search ran in cycle 1 (Optuna, smoke: 2 trials, greedy first) and was skipped in the faulty cycle
+    assert lineage[1]["harness"]["n_trials"] == 2 and lineage[1]["harness"]["trials"][0]["label"] == "greedy"
+    assert rejected["harness"] == {"skipped": "faulty cycle"}
+    assert list(pd.read_csv(smoke_repo / "plots/mol/lineage.csv")["harness"])[2] == "skipped (faulty cycle)"
     assert {"latest_version_beats_v0_on_new_traffic", "latest_version_retains_v0_suite"} <= set(claims)
     assert set(metrics["versions"]["rejected"]) >= {"cand2"} and metrics["versions"]["faulty_candidates_rejected"]
     # the same loop on one monolithic model: v0 = mol_train's single LoRA, one slot, every update rewrites it
@@ -53,6 +57,7 @@ def test_smoke_pipeline(smoke_repo):
     assert mono_lineage[0]["adapters"]["monolith"] == sha256_file(smoke_repo / "data/mol/train/seed_0/single_lora.safetensors")
     assert [r.get("candidate") for r in mono_lineage] == [r.get("candidate") for r in lineage]  # the same cycles
     assert all(set(r["retention_by_capability"]["0"]) == {"chat", "agent", "coding", "genui"} for r in mono_lineage[1:])
+    assert mono_lineage[1]["harness"]["n_trials"] == 2 and mono_lineage[2]["harness"] == {"skipped": "faulty cycle"}
     mono_metrics = json.loads((smoke_repo / "metrics/mol_versions_monolith.json").read_text())
     assert mono_metrics["candidates"]["cand2"]["status"] == "rejected"  # the same contract rejects the faulty update
     forgetting = claims["mol_forgets_less_than_monolith"]

@@ -215,6 +215,8 @@ def test_monolith_cycle_rewrites_only_its_one_adapter(tiny_repo, tiny_base, tmp_
     if mono["weakest"] == mol["weakest"]:
         assert mono["data"]["problems_sha256"] == mol["data"]["problems_sha256"]
     for rec in (mol, mono):
+        # the harness search ran on the file that answers the weakest capability (the monolith's one file)
+        assert rec["harness"]["n_trials"] == p.versions.harness.trials and rec["harness"]["trials"][0]["label"] == "greedy"
         assert set(rec["retention_by_capability"]["0"]) == set(CAPS)
         assert rec["retention_by_capability"]["0"][rec["capability"]] == rec["retention"]["0"]
     untouched = [c for c in CAPS if c != mol["capability"]]
