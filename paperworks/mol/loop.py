@@ -40,6 +40,7 @@ class Layout:
     rank: int
     update_lr: float
     v0: tuple[tuple[str, object], ...]     # v0's training config (lineage)
+    replay_answered: bool = False          # replay every capability the rewritten file answers, not only the updated one
 
     def slot(self, cap: str) -> str:
         return dict(self.slot_of)[cap]
@@ -47,6 +48,11 @@ class Layout:
     def shares(self, cap: str) -> list[str]:
         """The capabilities answered by the file an update of ``cap`` rewrites (``cap`` itself for the mixture)."""
         return [c for c in W.CAPABILITIES if self.slot(c) == self.slot(cap)]
+
+    def replay_capabilities(self, cap: str) -> list[str]:
+        """Whose training items an update of ``cap`` replays: ``cap`` alone, or with ``replay_answered`` every
+        capability the rewritten file answers (the same for the mixture, whose files answer one capability each)."""
+        return self.shares(cap) if self.replay_answered else [cap]
 
 
 def mol_layout(p) -> Layout:
@@ -61,7 +67,8 @@ def monolith_layout(p) -> Layout:
     specialists' trainable parameters together) answers every capability, and every update rewrites it."""
     a, n = p.adapters, len(W.CAPABILITIES)
     return Layout("monolith", (V.MONOLITH,), tuple((c, V.MONOLITH) for c in W.CAPABILITIES), n * a.rank, p.monolith.update_lr,
-                  (("single_lora_seed", p.versions.seed), ("steps", n * a.steps), ("rank", n * a.rank), ("lr", a.single_lora_lr)))
+                  (("single_lora_seed", p.versions.seed), ("steps", n * a.steps), ("rank", n * a.rank), ("lr", a.single_lora_lr)),
+                  replay_answered=p.monolith.replay == "answered")
 
 
 class Bank:
@@ -168,7 +175,8 @@ class Loop:
         own, harness, harness_pool = self.harness(k, cap, cycle, problems, answering[cap])
         kept, stats = V.propose_trajectories(self.rng_for("teacher", k), problems, cap, own, vp.teacher_samples, vp.teacher_noise,
                                              tables, cycle.faulty)
-        pool = self.world["train"][cap]
+        replay_caps = self.layout.replay_capabilities(cap)
+        pool = [x for c in replay_caps for x in self.world["train"][c]]
         replay = [pool[i] for i in sorted(self.rng_for("replay", k).choice(len(pool), min(vp.replay_items, len(pool)), replace=False))]
         update = kept + replay
         V.check_update_disjoint(update, self.held | {V.body(x) for x in harness_pool})
@@ -205,6 +213,7 @@ class Loop:
             "registry": W.registry(cycle.shift), "components": W.components(cycle.shift),
             "data": {"update_sha256": V.sha256_json([[x["prompt"], x["target"]] for x in update]),
                      "problems_sha256": V.sha256_json(problems), "update_items": len(update), "replay_items": len(replay),
+                     "replay_by_capability": {c: sum(x["capability"] == c for x in replay) for c in replay_caps},
                      "suites_sha256": {sid: self.suite_hash[sid] for sid in sorted({s, *suite_of.values()})}},
             "config": self.config, "harness": harness, "history": history,
             "new_suite": {"suite": s, "candidate": float(np.mean(new_c)), "parent": float(np.mean(new_p))},

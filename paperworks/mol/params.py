@@ -212,6 +212,10 @@ class MonolithParams(StrictModel):
 
     update_lr: float = Field(3e-3, gt=0, le=1, description=(
         "learning rate of the monolith's update (the single LoRA's own training rate: at 1e-2 the rank-32 LoRA diverged)"))
+    replay: Literal["updated", "answered"] = Field("answered", description=(
+        "what the monolith's update replays (mol.versions.replay_items in all): 'answered' = training items of every "
+        "capability the one file answers (a monolithic practitioner's mixture replay, the fair baseline), 'updated' = "
+        "only the updated capability's, as the mixture's update does (its other adapters are untouched)"))
 
 
 class Params(StrictModel):

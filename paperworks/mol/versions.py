@@ -257,10 +257,11 @@ def propose_trajectories(rng: np.random.Generator, problems: Sequence[dict], cap
 
 
 def verified_share_of(items: Sequence[dict], cap: str, tables) -> float:
-    """The contract re-verifies the update's trajectories with the capability's verifier."""
+    """The contract re-verifies the update's items, each with its own capability's verifier (``cap`` where an item
+    names none): trajectories of ``cap``, and replayed training items of whichever capability they belong to."""
     if not items:
         return 0.0
-    return sum(W.verify(cap, W.request_from_dict(x), x["target"], tables) for x in items) / len(items)
+    return sum(W.verify(x.get("capability", cap), W.request_from_dict(x), x["target"], tables) for x in items) / len(items)
 
 
 # ------------------------------------------------------------------ the contract

@@ -36,6 +36,23 @@ def test_layouts_route_every_capability():
     # the monolith is the one LoRA on the mixture: the four specialists' trainable parameters in one adapter
     assert mono.rank == len(CAPS) * mol.rank and mono.update_lr == p.monolith.update_lr and mol.update_lr == p.versions.update_lr
     assert dict(mono.v0)["rank"] == len(CAPS) * p.adapters.rank and dict(mono.v0)["steps"] == len(CAPS) * p.adapters.steps
+    # replay: the monolith's update replays every capability its one file answers (default), the mixture's only its own
+    assert p.monolith.replay == "answered"
+    assert all(mono.replay_capabilities(c) == list(CAPS) and mol.replay_capabilities(c) == [c] for c in CAPS)
+    narrow = monolith_layout(p.model_copy(update={"monolith": p.monolith.model_copy(update={"replay": "updated"})}))
+    assert all(narrow.replay_capabilities(c) == [c] for c in CAPS)
+
+
+def test_update_data_check_verifies_each_item_with_its_own_capability():
+    """Mixture replay puts other capabilities' training items into the monolith's update: each is verified with its
+    own verifier (verifying them as the updated capability would fail the contract's data check on every cycle)."""
+    world_tables = [W.hidden_tables(np.random.default_rng(i)) for i in range(3)]
+    items = {c: W.make_items(np.random.default_rng(1), c, 4, 0.0, frozenset(), 0.0, W.VERBS) for c in CAPS}
+    mixed = [x for c in CAPS for x in items[c]]
+    assert V.verified_share_of(mixed, "agent", world_tables) == 1.0
+    # a wrong target stays a failure, whatever capability the item names
+    broken = [{**mixed[0], "target": mixed[-1]["target"]}] + mixed[1:]
+    assert V.verified_share_of(broken, "agent", world_tables) == pytest.approx((len(mixed) - 1) / len(mixed))
 
 
 def _adapter(path, value: float):
@@ -212,6 +229,10 @@ def test_monolith_cycle_rewrites_only_its_one_adapter(tiny_repo, tiny_base, tmp_
     # the same loop: the same audit traffic, suites and (same weakest capability) the same seed problems and replay
     assert mono["config"]["update_steps"] == mol["config"]["update_steps"] and mono["config"]["rank"] == 4 * mol["config"]["rank"]
     assert mono["data"]["suites_sha256"] == mol["data"]["suites_sha256"]
+    n_replay = min(p.versions.replay_items, sum(len(world["train"][c]) for c in CAPS))
+    assert set(mono["data"]["replay_by_capability"]) == set(CAPS) and sum(mono["data"]["replay_by_capability"].values()) == n_replay
+    assert all(v > 0 for v in mono["data"]["replay_by_capability"].values())  # every capability replayed
+    assert mol["data"]["replay_by_capability"] == {mol["capability"]: mol["data"]["replay_items"]}
     if mono["weakest"] == mol["weakest"]:
         assert mono["data"]["problems_sha256"] == mol["data"]["problems_sha256"]
     for rec in (mol, mono):
