@@ -55,19 +55,20 @@ class Layout:
         return self.shares(cap) if self.replay_answered else [cap]
 
 
-def mol_layout(p) -> Layout:
-    """The mixture of LoRA: one rank-``adapters.rank`` adapter per capability, v0 = the specialists of ``versions.seed``."""
+def mol_layout(p, seed: int | None = None) -> Layout:
+    """The mixture of LoRA: one rank-``adapters.rank`` adapter per capability, v0 = the specialists of ``seed``
+    (default ``versions.seed``)."""
     a = p.adapters
     return Layout("mol", tuple(W.CAPABILITIES), tuple((c, c) for c in W.CAPABILITIES), a.rank, p.versions.update_lr,
-                  (("specialists_seed", p.versions.seed), ("steps", a.steps), ("rank", a.rank), ("lr", a.lr)))
+                  (("specialists_seed", p.versions.seed if seed is None else seed), ("steps", a.steps), ("rank", a.rank), ("lr", a.lr)))
 
 
-def monolith_layout(p) -> Layout:
+def monolith_layout(p, seed: int | None = None) -> Layout:
     """One monolithic model: the one LoRA on the mixture of ``versions.seed`` (rank 4 × ``adapters.rank``, the
     specialists' trainable parameters together) answers every capability, and every update rewrites it."""
     a, n = p.adapters, len(W.CAPABILITIES)
     return Layout("monolith", (V.MONOLITH,), tuple((c, V.MONOLITH) for c in W.CAPABILITIES), n * a.rank, p.monolith.update_lr,
-                  (("single_lora_seed", p.versions.seed), ("steps", n * a.steps), ("rank", n * a.rank), ("lr", a.single_lora_lr)),
+                  (("single_lora_seed", p.versions.seed if seed is None else seed), ("steps", n * a.steps), ("rank", n * a.rank), ("lr", a.single_lora_lr)),
                   replay_answered=p.monolith.replay == "answered")
 
 
@@ -121,10 +122,15 @@ class Loop:
     the frozen base and its config, ``ev`` (evidence params: alpha, bootstrap resamples), ``layout`` (which adapter
     file answers and is updated for each capability; default the mixture of LoRA)."""
 
-    def __init__(self, p, g: int, world: dict, tok, base, cfg, ev, layout: Layout | None = None):
+    def __init__(self, p, g: int, world: dict, tok, base, cfg, ev, layout: Layout | None = None, seed: int | None = None):
         self.p, self.g, self.world, self.tok, self.base, self.cfg, self.ev = p, g, world, tok, base, cfg, ev
         self.a, self.vp = p.adapters, p.versions
-        self.layout = layout or mol_layout(p)
+        self.seed = p.versions.seed if seed is None else seed
+        self.layout = layout or mol_layout(p, self.seed)
+        # a replicate loop (another adapter seed) trains its updates from its own initialisation and data order; the
+        # traffic, suites, seed problems and teacher are shared data (paired across loop runs); versions.seed's keep
+        # the streams they always had
+        self.update_tag = () if self.seed == p.versions.seed else ("replicate", self.seed)
         self.tables = world["tables"]
         self.data = V.build_loop_data(world, self.vp, p.world.weak_cue_share, self.rng_for)
         self.suites, self.dev = self.data["suites"], self.data["dev"]
@@ -181,10 +187,10 @@ class Loop:
         update = kept + replay
         V.check_update_disjoint(update, self.held | {V.body(x) for x in harness_pool})
 
-        model = lora_model(self.base, lay.rank, a.alpha_over_rank, derive_seed(g, "mol", "versions", "lora", k))
+        model = lora_model(self.base, lay.rank, a.alpha_over_rank, derive_seed(g, "mol", "versions", "lora", k, *self.update_tag))
         bank.load(model, answering[cap])
         history = train_on(model, self.tok, update, dev[s][cap], vp.update_steps, lay.update_lr, a, self.cfg.max_positions,
-                           derive_seed(g, "mol", "versions", "order", k), vp.eval_every, None, f"{cand} {cap}",
+                           derive_seed(g, "mol", "versions", "order", k, *self.update_tag), vp.eval_every, None, f"{cand} {cap}",
                            verified_share(dev[s][cap], tables))
         cand_file = Path(scratch) / f"{cand}_{slot}.safetensors"
         save_adapter(model, cand_file, lay.rank, a.alpha_over_rank * lay.rank)

@@ -187,7 +187,11 @@ class VersionsParams(StrictModel):
     with the verifiers, picks the weakest capability, keeps verified trajectories on seed problems, updates that
     one adapter and accepts the candidate only if the contract holds."""
 
-    seed: int = Field(description="the mol.adapters seed whose specialists are v0")
+    seed: int = Field(description="the mol.adapters seed whose specialists are v0 (the loop that serves: mol_fifth, the endpoint and the deployment read its store)")
+    replicate_seeds: list[int] = Field(default_factory=list, max_length=16, description=(
+        "further mol.adapters seeds the same loop runs on (stage mol_versions_replicate, both layouts): v0 = that seed's "
+        "specialists / single LoRA, the updates' initialisation and data order seeded by it, the same traffic and suites; "
+        "the loop claims and the forgetting claim are at the level of these independent loop runs"))
     cycles: list[CycleParams] = Field(min_length=1, max_length=10, json_schema_extra={"repeats": True})
     audit_per_capability: int = Field(ge=2, le=10_000, description="simulated traffic items per capability audited each cycle")
     suite_per_capability: int = Field(ge=2, le=10_000, description="acceptance suite of a traffic shift, per capability")
@@ -233,6 +237,11 @@ class Params(StrictModel):
     def _versions_seed(self) -> "Params":
         if self.versions.seed not in self.adapters.seeds:
             raise ValueError(f"versions.seed={self.versions.seed}: must be one of adapters.seeds {self.adapters.seeds}")
+        reps = self.versions.replicate_seeds
+        bad = [s for s in reps if s not in self.adapters.seeds or s == self.versions.seed]
+        if bad or len(set(reps)) != len(reps):
+            raise ValueError(f"versions.replicate_seeds={reps}: each must be one of adapters.seeds {self.adapters.seeds}, "
+                             f"other than versions.seed={self.versions.seed}, and appear once")
         if self.world.neutral_share + self.world.weak_cue_share > 0.8:
             raise ValueError("world.neutral_share + world.weak_cue_share must be ≤ 0.8 (most prompts keep a strong cue)")
         return self
