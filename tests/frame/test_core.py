@@ -265,6 +265,9 @@ def test_committed_claims_meet_the_evidence_standard_and_recompute() -> None:
         metrics = json.loads(path.read_text())
         if "claims" not in metrics:  # scalar-only metrics for `dvc exp show` (e.g. mol_versions.json), as make report skips them
             continue
+        if not metrics["claims"]:  # a stage whose methods the profile does not run (mol_learned_routing at default) says so
+            assert metrics.get("not_run") and all(metrics["not_run"].values()), f"{path}: no claims and no reason"
+            continue
         assert_claims_meet_standard(metrics, path.stem, REPO)
         checked += 1
     assert checked >= 10, checked  # every track's metrics file carries claims
