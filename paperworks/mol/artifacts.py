@@ -11,6 +11,7 @@ TRAIN = DATA / "train"
 ROUTER = DATA / "router"
 VERSIONS = DATA / "versions"
 VERSIONS_MONOLITH = DATA / "versions_monolith"  # the same loop on one monolithic model (the one LoRA on the mixture)
+VERSIONS_REPLICATES = DATA / "versions_replicates"  # the loop on further adapter seeds, both layouts
 MODELS = Path("models/mol")
 PLOTS = Path("plots/mol")
 BASE = MODELS / "base.safetensors"
@@ -25,6 +26,18 @@ def seed_dir(seed: int) -> Path:
 def single_lora_file(seed: int) -> Path:
     """The one LoRA on the mixture that ``mol_train@<seed>`` trained (v0 of the monolithic loop)."""
     return seed_dir(seed) / "single_lora.safetensors"
+
+
+def replicate_dir(layout: str, seed: int) -> Path:
+    """One replicate loop run (stage ``mol_versions_replicate@<seed>-<layout>``): store, lineage.csv, metrics.json."""
+    return VERSIONS_REPLICATES / f"{layout}_seed_{seed}"
+
+
+def loop_dir(layout: str, seed: int, primary_seed: int) -> Path:
+    """The store of the loop run of ``layout`` on adapter seed ``seed`` (``versions.seed``'s, or a replicate's)."""
+    if seed == primary_seed:
+        return VERSIONS if layout == "mol" else VERSIONS_MONOLITH
+    return replicate_dir(layout, seed)
 
 
 def read_world(root: Path = WORLD) -> dict:

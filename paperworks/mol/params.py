@@ -214,8 +214,9 @@ class MonolithParams(StrictModel):
     every cycle is ``mol.versions``'s — the same audit traffic, weakest-capability rule, seed problems, verified
     trajectories, update steps and contract — but the update goes into the one adapter that answers every capability."""
 
-    update_lr: float = Field(3e-3, gt=0, le=1, description=(
-        "learning rate of the monolith's update (the single LoRA's own training rate: at 1e-2 the rank-32 LoRA diverged)"))
+    update_lr: float = Field(5e-3, gt=0, le=1, description=(
+        "learning rate of the monolith's update, chosen on cycle 1's dev pool (1e-3 and 3e-3 learn nothing in the update's "
+        "steps, 1e-2 and above collapse the rank-32 LoRA)"))
     replay: Literal["updated", "answered"] = Field("answered", description=(
         "what the monolith's update replays (mol.versions.replay_items in all): 'answered' = training items of every "
         "capability the one file answers (a monolithic practitioner's mixture replay, the fair baseline), 'updated' = "
@@ -239,9 +240,10 @@ class Params(StrictModel):
             raise ValueError(f"versions.seed={self.versions.seed}: must be one of adapters.seeds {self.adapters.seeds}")
         reps = self.versions.replicate_seeds
         bad = [s for s in reps if s not in self.adapters.seeds or s == self.versions.seed]
-        if bad or len(set(reps)) != len(reps):
+        if not reps or bad or len(set(reps)) != len(reps):
             raise ValueError(f"versions.replicate_seeds={reps}: each must be one of adapters.seeds {self.adapters.seeds}, "
-                             f"other than versions.seed={self.versions.seed}, and appear once")
+                             f"other than versions.seed={self.versions.seed}, and appear once; at least one (the loop claims are over "
+                             f"independent loop runs, and mol_evaluate reads data/mol/versions_replicates)")
         if self.world.neutral_share + self.world.weak_cue_share > 0.8:
             raise ValueError("world.neutral_share + world.weak_cue_share must be ≤ 0.8 (most prompts keep a strong cue)")
         return self

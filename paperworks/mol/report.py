@@ -206,27 +206,38 @@ def _version_order(versions) -> list[str]:
     return sorted(versions, key=lambda v: int(v.lstrip("v")))
 
 
-def version_tables(answers: dict) -> dict[str, pd.DataFrame]:
-    """Per-item tables of the latest accepted version vs v0 (arms ``latest``, ``v0``; unit = capability:item; one
-    loop run, so no cluster): on the acceptance suite the latest version was accepted on, and on v0's suite."""
+def version_tables(answers: dict, seed: int | str = "loop") -> dict[str, pd.DataFrame]:
+    """Per-item tables of the latest accepted version vs v0 (arms ``latest``, ``v0``; unit = capability:item, inside
+    the loop run of adapter seed ``seed``): on the acceptance suite the latest version was accepted on, and on v0's
+    suite. The stage concatenates the loop runs' tables: the interval is over loop runs, items nested."""
     ans, suite_of = answers["answers"], answers["suite_of"]
     latest = _version_order(ans)[-1]
     if latest == "v0":
         return {}
     out = {}
     for name, suite in (("versions_new_suite", suite_of[latest]), ("versions_v0_suite", suite_of["v0"])):
-        out[name] = unit_table([{"arm": arm, "cluster": "loop", "unit": f"{cap}:{i}", "value": float(x)}
+        out[name] = unit_table([{"arm": arm, "cluster": seed, "unit": f"{cap}:{i}", "value": float(x)}
                                 for arm, v in (("latest", latest), ("v0", "v0")) for cap in CAPABILITIES
                                 for i, x in enumerate(ans[v][suite][cap])])
     return out
 
 
-def loop_preconditions(lineage: list[dict], ev: EvidenceParams) -> list[dict]:
-    accepted = [r for r in lineage if r["status"] == "accepted" and r.get("candidate", "-") != "-"]
-    out = [precondition(LOOP_ACCEPTED, bool(accepted), value=len(accepted), threshold=1,
-                        detail=f"{len(accepted)} candidate(s) accepted, {sum(r['status'] == 'rejected' for r in lineage)} rejected")]
-    curves = [convergence(f"{r['candidate']} ({r['capability']})", dev_curve(r["history"], "dev_success"), ev, lower_is_better=False)
-              for r in accepted]
+def _accepted(lineage: list[dict]) -> list[dict]:
+    return [r for r in lineage if r["status"] == "accepted" and r.get("candidate", "-") != "-"]
+
+
+def loop_preconditions(lineages: list[dict] | dict, ev: EvidenceParams) -> list[dict]:
+    """The loop accepted a version after v0 in every loop run (``lineages``: one lineage, or seed → lineage) and
+    every accepted update's dev success plateaued."""
+    runs = lineages if isinstance(lineages, dict) else {None: lineages}
+    counts = {s: (len(_accepted(lin)), sum(r["status"] == "rejected" for r in lin)) for s, lin in runs.items()}
+    least = min(n for n, _ in counts.values())
+    out = [precondition(LOOP_ACCEPTED, least >= 1, value=least, threshold=1,
+                        detail="; ".join((f"seed {s}: " if s is not None else "") + f"{n} candidate(s) accepted, {r} rejected"
+                                         for s, (n, r) in counts.items()))]
+    curves = [convergence((f"seed {s} " if s is not None else "") + f"{r['candidate']} ({r['capability']})",
+                          dev_curve(r["history"], "dev_success"), ev, lower_is_better=False)
+              for s, lin in runs.items() for r in _accepted(lin)]
     out.append(combine(UPDATES_CONVERGED, curves, "accepted updates' dev success curves") if curves else
                precondition(UPDATES_CONVERGED, False, detail="no accepted update"))
     return out
@@ -234,7 +245,7 @@ def loop_preconditions(lineage: list[dict], ev: EvidenceParams) -> list[dict]:
 
 def loop_claim_specs(p: Params) -> list[ClaimSpec]:
     m = p.versions.contract.retention_margin
-    common = dict(metric="verified success", unit="item", cluster=None, method="latest", baseline="v0", preconditions=C4_PRE)
+    common = dict(metric="verified success", unit="item", cluster="seed", method="latest", baseline="v0", preconditions=C4_PRE)
     return [
         ClaimSpec(id="latest_version_beats_v0_on_new_traffic", table="versions_new_suite", **common,
                   statement="the last accepted version beats v0 on the acceptance suite of the traffic it was accepted on (all four capabilities)"),
@@ -276,17 +287,18 @@ def forgetting_table(answers_by_arm: dict[str, dict], suites: list[str], seed: i
                                       for arm, answers in answers_by_arm.items() for cap, v in forgetting(answers, suites).items()])}
 
 
-def retention_rows(lineage_by_arm: dict[str, list[dict]]) -> pd.DataFrame:
-    """Per cycle, every capability on every earlier accepted suite: candidate vs parent success (the plot CSV)."""
+def retention_rows(lineage_by_arm: dict[str, list[dict]], seed: int | None = None) -> pd.DataFrame:
+    """Per cycle, every capability on every earlier accepted suite: candidate vs parent success (the plot CSV), of
+    the loop runs on adapter seed ``seed``."""
     rows = []
     for arm, lineage in lineage_by_arm.items():
         for r in lineage:
             for sid, per in sorted(r.get("retention_by_capability", {}).items()):
                 for cap in CAPABILITIES:
-                    rows.append({"arm": arm, "candidate": r["candidate"], "status": r["status"], "updated": r["capability"],
+                    rows.append({"seed": seed, "arm": arm, "candidate": r["candidate"], "status": r["status"], "updated": r["capability"],
                                  "suite": sid, "capability": cap, "candidate_success": per[cap]["candidate"],
                                  "parent_success": per[cap]["parent"], "drop": per[cap]["parent"] - per[cap]["candidate"]})
-    return pd.DataFrame(rows, columns=["arm", "candidate", "status", "updated", "suite", "capability", "candidate_success",
+    return pd.DataFrame(rows, columns=["seed", "arm", "candidate", "status", "updated", "suite", "capability", "candidate_success",
                                        "parent_success", "drop"])
 
 
@@ -294,31 +306,40 @@ def _suite_hashes(lineage: list[dict]) -> dict[str, str]:
     return {sid: h for r in lineage for sid, h in r.get("data", {}).get("suites_sha256", {}).items()}
 
 
-def forgetting_preconditions(p: Params, rates: pd.DataFrame, lineage_by_arm: dict[str, list[dict]], ev: EvidenceParams) -> list[dict]:
-    """The monolith's v0 learned (the single LoRA of ``versions.seed``: own-suite floor and gain over the base, per
-    capability), both loops accepted an update, the monolith's accepted updates plateaued, and both were judged on
-    byte-identical suites (sha256 of every suite either lineage records)."""
-    c, seed = p.claims, p.versions.seed
-    mono = rates[(rates["arm"] == "single_lora") & (rates["seed"] == seed)].set_index("capability")["success"]
-    base = rates[(rates["arm"] == "base") & (rates["seed"] == seed)].set_index("capability")["success"]
-    failing = [f"{cap}: {mono[cap]:.2f} (base {base[cap]:.2f})" for cap in mono.index
-               if mono[cap] < c.min_own_success or mono[cap] - base[cap] < c.min_gain_over_base]
-    out = [precondition(MONOLITH_LEARNED, len(mono) == len(CAPABILITIES) and not failing,
-                        value=round(float(mono.min()), 4) if len(mono) else None, threshold=c.min_own_success,
-                        detail=f"single LoRA of seed {seed} on v0's suite, every capability ≥ {c.min_own_success:g} and ≥ "
+def forgetting_preconditions(p: Params, rates: pd.DataFrame, lineages: dict, ev: EvidenceParams) -> list[dict]:
+    """Over every loop run (``lineages``: seed → arm → lineage; or arm → lineage for ``versions.seed`` alone): each
+    monolith's v0 learned (the single LoRA of that seed: own-suite floor and gain over the base, per capability),
+    both loops accepted an update, the monolith's accepted updates plateaued, and every loop was judged on
+    byte-identical suites (sha256 of every suite any lineage records)."""
+    runs = lineages if set(lineages) - set(LOOP_ARMS) else {p.versions.seed: lineages}
+    c = p.claims
+    failing, lowest = [], []
+    for seed in runs:
+        mono = rates[(rates["arm"] == "single_lora") & (rates["seed"] == seed)].set_index("capability")["success"]
+        base = rates[(rates["arm"] == "base") & (rates["seed"] == seed)].set_index("capability")["success"]
+        if len(mono) != len(CAPABILITIES):
+            failing.append(f"seed {seed}: no single LoRA results")
+            continue
+        lowest.append(float(mono.min()))
+        failing += [f"seed {seed} {cap}: {mono[cap]:.2f} (base {base[cap]:.2f})" for cap in mono.index
+                    if mono[cap] < c.min_own_success or mono[cap] - base[cap] < c.min_gain_over_base]
+    seeds = ", ".join(map(str, runs))
+    out = [precondition(MONOLITH_LEARNED, not failing, value=round(min(lowest), 4) if lowest else None, threshold=c.min_own_success,
+                        detail=f"single LoRA of seed(s) {seeds} on v0's suite, every capability ≥ {c.min_own_success:g} and ≥ "
                                f"{c.min_gain_over_base:g} above the base" + ("; failing: " + ", ".join(failing) if failing else ""))]
-    accepted = {arm: [r for r in lin if r["status"] == "accepted" and r.get("candidate", "-") != "-"] for arm, lin in lineage_by_arm.items()}
+    accepted = {(seed, arm): _accepted(lin) for seed, by_arm in runs.items() for arm, lin in by_arm.items()}
     out.append(precondition(BOTH_ACCEPTED, all(accepted.values()), value=min(len(a) for a in accepted.values()), threshold=1,
-                            detail="; ".join(f"{arm}: {len(a)} accepted" for arm, a in accepted.items())))
-    curves = [convergence(f"{r['candidate']} ({r['capability']})", dev_curve(r["history"], "dev_success"), ev, lower_is_better=False)
-              for r in accepted["monolith"]]
+                            detail="; ".join(f"seed {seed} {arm}: {len(a)} accepted" for (seed, arm), a in accepted.items())))
+    curves = [convergence(f"seed {seed} {r['candidate']} ({r['capability']})", dev_curve(r["history"], "dev_success"), ev,
+                          lower_is_better=False)
+              for (seed, arm), acc in accepted.items() if arm == "monolith" for r in acc]
     out.append(combine(MONOLITH_UPDATES_CONVERGED, curves, "accepted monolith updates' dev success curves") if curves else
                precondition(MONOLITH_UPDATES_CONVERGED, False, detail="no accepted monolith update"))
-    a, b = (_suite_hashes(lineage_by_arm[arm]) for arm in LOOP_ARMS)
-    common = sorted(set(a) & set(b), key=int)
-    differ = [sid for sid in common if a[sid] != b[sid]]
+    hashes = [_suite_hashes(lin) for by_arm in runs.values() for lin in by_arm.values()]
+    common = sorted(set.intersection(*(set(h) for h in hashes)), key=int)
+    differ = [sid for sid in common if len({h[sid] for h in hashes}) > 1]
     out.append(precondition(SAME_SUITES, bool(common) and not differ, value=len(common) - len(differ), threshold=len(common),
-                            detail=f"suites {', '.join(common) or 'none'} recorded by both lineages"
+                            detail=f"suites {', '.join(common) or 'none'} recorded by all {len(hashes)} lineages"
                                    + (f"; sha256 differs on {', '.join(differ)}" if differ else "")))
     return out
 

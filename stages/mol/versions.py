@@ -12,6 +12,10 @@ version on every acceptance suite), ``metrics/mol_versions.json`` (scalars for `
 LoRA on the mixture that ``mol_train@<versions.seed>`` trained, every update rewrites that one adapter
 (:func:`paperworks.mol.loop.monolith_layout`); outputs ``data/mol/versions_monolith``,
 ``metrics/mol_versions_monolith.json``, ``plots/mol/lineage_monolith.csv``.
+
+``--seed S`` (stage ``mol_versions_replicate@S-<layout>``, S in ``mol.versions.replicate_seeds``) runs the same loop
+once more from v0 = seed S's specialists (or single LoRA): an independent loop run for the loop and forgetting claims.
+Its outputs all go into ``data/mol/versions_replicates/<layout>_seed_<S>`` (the store, ``lineage.csv``, ``metrics.json``).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from paperworks.core.seeding import derive_seed, seed_everything
 from paperworks.core.stage import stage_main
 from paperworks.mol import versions as V
 from paperworks.mol import world as W
-from paperworks.mol.artifacts import BASE, PLOTS, VERSIONS, VERSIONS_MONOLITH, WORLD, read_world, seed_dir, single_lora_file
+from paperworks.mol.artifacts import BASE, PLOTS, VERSIONS, VERSIONS_MONOLITH, WORLD, read_world, replicate_dir, seed_dir, single_lora_file
 from paperworks.mol.loop import Loop, mol_layout, monolith_layout
 from paperworks.mol.models import freeze
 from paperworks.mol.params import Params
@@ -45,42 +49,11 @@ OUTPUTS = {
 LAYOUTS = {"mol": mol_layout, "monolith": monolith_layout}
 
 
-@stage_main
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--layout", choices=sorted(LAYOUTS), default="mol")
-    args = ap.parse_args()
-    v0_files, out_dir, metrics, lineage_csv, log_name = OUTPUTS[args.layout]
-    p = load_section("mol", Params)
-    vp = p.versions
-    raw = read_params_file()
-    g = global_seed(raw)
-    seed_everything(derive_seed(g, "mol", "versions"))
-    ev = load_evidence()
-    world = read_world()
-    tok = load_tokenizer(WORLD / "tokenizer.json")
-    base, cfg, _ = load_checkpoint(BASE)
-    freeze(base)
-
-    loop = Loop(p, g, world, tok, base, cfg, ev, LAYOUTS[args.layout](p))
-    cpu: dict[str, float] = {}
-
-    with atomic_path(out_dir) as root, tempfile.TemporaryDirectory() as scratch:
-        store = loop.new_store(root)
-        loop.init_store(store, v0_files(vp.seed))
-        for k in range(1, len(vp.cycles) + 1):
-            cpu[f"cand{k}"] = loop.cycle(store, k, Path(scratch))["cpu_s"]
-        answers = loop.answers(store)
-        write_json(Path(root) / "answers.json", {"suite_of": loop.suite_of(store), "answers": answers})
-        write_json(Path(root) / "suites.json", {"suites": loop.suites, "dev": loop.dev, "audit": loop.data["audit"]})
-        lineage = store.lineage()
-        serving = store.serving()["version"]
-        write_text(Path(root) / "lineage.md", V.lineage_markdown(lineage, serving))
-
-    write_text(lineage_csv, pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
+def loop_metrics(lineage: list[dict], answers: dict, serving: str, profile) -> dict:
+    """Scalars of one loop run (``dvc exp show`` reads versions.seed's as ``metrics/mol_versions*.json``)."""
     cands = [r for r in lineage if r["candidate"] != "-"]
-    write_json(metrics, {
-        "profile": raw.get("profile"),
+    return {
+        "profile": profile,
         "serving_version": serving,
         "accepted": sum(r["status"] == "accepted" for r in cands),
         "rejected": sum(r["status"] == "rejected" for r in cands),
@@ -90,8 +63,55 @@ def main() -> None:
                                         "new_suite_success": r["new_suite"]["candidate"], "parent_new_suite_success": r["new_suite"]["parent"],
                                         "failed_checks": len(r["failed_checks"])} for r in cands},
         "versions": {v: {f"suite_{sid}": {cap: float(np.mean(x)) for cap, x in per.items()} for sid, per in by.items()}
-                     for v, by in answers.items()},
-    })
+                     for v, by in answers["answers"].items()},
+    }
+
+
+@stage_main
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layout", choices=sorted(LAYOUTS), default="mol")
+    ap.add_argument("--seed", type=int, default=None, help="a mol.versions.replicate_seeds entry (default: versions.seed)")
+    args = ap.parse_args()
+    v0_files, out_dir, metrics, lineage_csv, log_name = OUTPUTS[args.layout]
+    p = load_section("mol", Params)
+    vp = p.versions
+    seed = vp.seed if args.seed is None else args.seed
+    if seed != vp.seed:
+        if seed not in vp.replicate_seeds:
+            raise SystemExit(f"--seed {seed}: not in mol.versions.replicate_seeds {vp.replicate_seeds} (nor versions.seed={vp.seed})")
+        out_dir, log_name = replicate_dir(args.layout, seed), f"{log_name}_seed_{seed}"
+    raw = read_params_file()
+    g = global_seed(raw)
+    seed_everything(derive_seed(g, "mol", "versions"))
+    ev = load_evidence()
+    world = read_world()
+    tok = load_tokenizer(WORLD / "tokenizer.json")
+    base, cfg, _ = load_checkpoint(BASE)
+    freeze(base)
+
+    loop = Loop(p, g, world, tok, base, cfg, ev, LAYOUTS[args.layout](p, seed), seed=seed)
+    cpu: dict[str, float] = {}
+
+    with atomic_path(out_dir) as root, tempfile.TemporaryDirectory() as scratch:
+        store = loop.new_store(root)
+        loop.init_store(store, v0_files(seed))
+        for k in range(1, len(vp.cycles) + 1):
+            cpu[f"cand{k}"] = loop.cycle(store, k, Path(scratch))["cpu_s"]
+        answers = loop.answers(store)
+        write_json(Path(root) / "answers.json", {"suite_of": loop.suite_of(store), "answers": answers})
+        write_json(Path(root) / "suites.json", {"suites": loop.suites, "dev": loop.dev, "audit": loop.data["audit"]})
+        lineage = store.lineage()
+        serving = store.serving()["version"]
+        write_text(Path(root) / "lineage.md", V.lineage_markdown(lineage, serving))
+        summary = loop_metrics(lineage, {"answers": answers}, serving, raw.get("profile"))
+        if seed != vp.seed:  # a replicate keeps everything inside its one output directory, written atomically with it
+            write_text(Path(root) / "lineage.csv", pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
+            write_json(Path(root) / "metrics.json", summary)
+
+    if seed == vp.seed:
+        write_text(lineage_csv, pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
+        write_json(metrics, summary)
     write_run_log(log_name, {"cpu_s": cpu})
 
 

@@ -62,9 +62,21 @@ def test_smoke_pipeline(smoke_repo):
     assert mono_metrics["candidates"]["cand2"]["status"] == "rejected"  # the same contract rejects the faulty update
     forgetting = claims["mol_forgets_less_than_monolith"]
     assert forgetting["role"] == "exploratory" and forgetting["units"]["unit"] == "capability" and forgetting["units"]["cluster"] == "seed"
-    assert forgetting["verdict"].startswith("not tested") and "at least 2 independent seeds" in forgetting["verdict"]  # one loop run
+    # the replicate loop runs (seed 1, both layouts) make the loop claims' level the loop run: two seeds
+    assert "at least 2 independent seeds" not in forgetting["verdict"]
+    assert claims["latest_version_beats_v0_on_new_traffic"]["units"]["cluster"] == "seed"
+    for layout, v0 in (("mol", "data/mol/train/seed_1/adapters/chat.safetensors"), ("monolith", "data/mol/train/seed_1/single_lora.safetensors")):
+        rep = VersionStore(smoke_repo / f"data/mol/versions_replicates/{layout}_seed_1")
+        rep_lineage = rep.lineage()
+        slot = "chat" if layout == "mol" else "monolith"
+        assert rep_lineage[0]["adapters"][slot] == sha256_file(smoke_repo / v0)  # v0 = seed 1's own models
+        assert [r.get("candidate") for r in rep_lineage] == [r.get("candidate") for r in lineage]
+        assert json.loads((rep.root / "metrics.json").read_text())["candidates"]["cand2"]["status"] == "rejected"
+        assert (rep.root / "lineage.csv").exists()
+    assert set(metrics["versions_replicates"]) == {"1"} and set(metrics["forgetting"]["replicates"]) == {"1"}
     assert metrics["forgetting"]["earlier_suites"] == ["0", "1"] and set(metrics["forgetting"]["arms"]) == {"mol", "monolith"}
-    assert set(pd.read_csv(smoke_repo / "plots/mol/retention.csv")["arm"]) == {"mol", "monolith"}
+    retention = pd.read_csv(smoke_repo / "plots/mol/retention.csv")
+    assert set(retention["arm"]) == {"mol", "monolith"} and set(retention["seed"]) == {0, 1}
     # the fifth specialist: one new adapter, the four read back byte-identical, their suites' per-item results unchanged
     fifth = json.loads((smoke_repo / "metrics/mol_fifth.json").read_text())
     assert fifth["all_checks_passed"] and {c["name"] for c in fifth["checks"]} >= {"the four adapters read back byte-identical",

@@ -166,6 +166,27 @@ def test_forgetting_preconditions():
     assert not bad[report.MONOLITH_UPDATES_CONVERGED]
 
 
+def test_forgetting_preconditions_hold_in_every_loop_run():
+    """Over seed → arm → lineage: one replicate whose monolith accepted nothing, or whose suites differ, or whose
+    single LoRA did not learn, fails the precondition for the whole claim."""
+    p = _params()
+    rates = pd.concat([_rates(), _rates().assign(seed=1)], ignore_index=True)
+    good = {0: {"mol": _lineage(), "monolith": _lineage()}, 1: {"mol": _lineage(), "monolith": _lineage()}}
+    ok = {r["name"]: r for r in report.forgetting_preconditions(p, rates, good, EV)}
+    assert all(ok[n]["passed"] for n in (report.MONOLITH_LEARNED, report.BOTH_ACCEPTED, report.MONOLITH_UPDATES_CONVERGED,
+                                         report.SAME_SUITES)), ok
+    assert "seed 1 monolith: 1 accepted" in ok[report.BOTH_ACCEPTED]["detail"]
+    one_rejects = {**good, 1: {"mol": _lineage(), "monolith": _lineage(accepted=False)}}
+    assert not {r["name"]: r["passed"] for r in report.forgetting_preconditions(p, rates, one_rejects, EV)}[report.BOTH_ACCEPTED]
+    other_suite = {**good, 1: {"mol": _lineage("h9"), "monolith": _lineage("h9")}}
+    assert not {r["name"]: r["passed"] for r in report.forgetting_preconditions(p, rates, other_suite, EV)}[report.SAME_SUITES]
+    weak = pd.concat([_rates(), _rates(single_ok=0.5).assign(seed=1)], ignore_index=True)
+    rec = {r["name"]: r for r in report.forgetting_preconditions(p, weak, good, EV)}[report.MONOLITH_LEARNED]
+    assert not rec["passed"] and "seed 1 chat" in rec["detail"]
+    # a seed with no single-LoRA results at all is a failure, not a skip
+    assert not {r["name"]: r["passed"] for r in report.forgetting_preconditions(p, _rates(), good, EV)}[report.MONOLITH_LEARNED]
+
+
 def test_forgetting_claim_one_loop_run_is_not_tested_two_are():
     p = _params()
     suites = report.earlier_suites(MOL, 2)
@@ -189,6 +210,7 @@ def test_retention_rows_per_cycle_and_capability():
     assert len(rows) == 2 * 1 * 4  # two arms × one cycle × four capabilities on suite 0
     chat = rows[(rows["arm"] == "monolith") & (rows["capability"] == "chat")].iloc[0]
     assert chat["drop"] == pytest.approx(0.4) and chat["updated"] == "agent" and chat["suite"] == "0"
+    assert set(report.retention_rows({"mol": _lineage()}, seed=1)["seed"]) == {1}
 
 
 # ------------------------------------------------------------------ one cycle of the real loop, both layouts

@@ -16,6 +16,8 @@ def test_profiles_validate(profile):
     p = validate_section("mol", Params, compose(profile, CONF)["mol"])
     assert len(p.adapters.seeds) >= 2  # the headline's interval is over seeds
     assert p.router.headline in p.router.methods
+    # the loop claims are over loop runs: versions.seed plus at least one replicate, each an adapter seed
+    assert p.versions.replicate_seeds and set(p.versions.replicate_seeds) <= set(p.adapters.seeds) - {p.versions.seed}
 
 
 def _default():
@@ -48,3 +50,8 @@ def test_bad_values_name_key_and_allowed():
     s = _default()
     s["adapters"]["seeds"] = [0, 0]
     assert "mol.adapters.seeds" in _error(s)
+    for bad in ([], [0], [1, 1], [7]):  # none, the serving loop's own seed, twice, not an adapter seed
+        s = _default()
+        s["versions"]["replicate_seeds"] = bad
+        msg = _error(s)
+        assert "versions.replicate_seeds" in msg and ("adapters.seeds" in msg or "distinct" in msg), msg

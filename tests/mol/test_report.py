@@ -1,6 +1,7 @@
 """Report on hand-built results: success/contamination per (capability, seed), whole-conversation
 success under a routing, the router fallback, and a failed precondition turning a claim into 'not tested'."""
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -122,6 +123,30 @@ def test_loop_tables_and_preconditions():
     assert pre[report.LOOP_ACCEPTED]["passed"] and pre[report.UPDATES_CONVERGED]["passed"]  # the rejected one is not counted
     pre = {r["name"]: r for r in report.loop_preconditions(lineage[:1] + lineage[2:], EV)}
     assert not pre[report.LOOP_ACCEPTED]["passed"] and not pre[report.UPDATES_CONVERGED]["passed"]
+    # over loop runs (seed → lineage): every run must have accepted a version
+    pre = {r["name"]: r for r in report.loop_preconditions({0: lineage, 1: lineage[:1] + lineage[2:]}, EV)}
+    assert not pre[report.LOOP_ACCEPTED]["passed"] and "seed 1: 0 candidate(s) accepted" in pre[report.LOOP_ACCEPTED]["detail"]
+    assert report.loop_preconditions({0: lineage, 1: lineage}, EV)[0]["passed"]
+
+
+def test_loop_claims_are_over_loop_runs():
+    """The loop claims' interval is over independent loop runs (adapter seeds), the items nested: one run reads
+    "not tested", two give a verdict whose units say 2 seeds."""
+    rng = np.random.default_rng(1)
+    items = lambda p: {cap: [bool(x) for x in rng.random(20) < p] for cap in CAPABILITIES}  # noqa: E731
+
+    def answers():
+        return {"suite_of": {"v0": "0", "v1": "2"}, "answers": {"v0": {"0": items(0.9), "2": items(0.3)},
+                                                              "v1": {"0": items(0.9), "2": items(0.95)}}}
+    specs = report.loop_claim_specs(_params(seeds=[0, 1], full_ft=False))
+    pre = [{"name": n, "passed": True} for n in report.C4_PRE]
+    one = report.version_tables(answers(), seed=0)
+    claim = {c["id"]: c for c in evaluate_claims(specs, one, pre, EV, seed=0, track="mol")}["latest_version_beats_v0_on_new_traffic"]
+    assert claim["verdict"] == "not tested: at least 2 independent seeds" and claim["units"]["cluster"] == "seed"
+    a, b = one, report.version_tables(answers(), seed=1)
+    two = {k: pd.concat([a[k], b[k]], ignore_index=True) for k in a}
+    claim = {c["id"]: c for c in evaluate_claims(specs, two, pre, EV, seed=0, track="mol")}["latest_version_beats_v0_on_new_traffic"]
+    assert not claim["verdict"].startswith("not tested") and claim["units"]["n_clusters"] == 2
 
 
 def test_weak_cue_rates_and_tables():
