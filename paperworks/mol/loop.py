@@ -41,6 +41,7 @@ class Layout:
     update_lr: float
     v0: tuple[tuple[str, object], ...]     # v0's training config (lineage)
     replay_answered: bool = False          # replay every capability the rewritten file answers, not only the updated one
+    update_steps: int | None = None        # the update's steps (None: versions.update_steps)
 
     def slot(self, cap: str) -> str:
         return dict(self.slot_of)[cap]
@@ -69,7 +70,7 @@ def monolith_layout(p, seed: int | None = None) -> Layout:
     a, n = p.adapters, len(W.CAPABILITIES)
     return Layout("monolith", (V.MONOLITH,), tuple((c, V.MONOLITH) for c in W.CAPABILITIES), n * a.rank, p.monolith.update_lr,
                   (("single_lora_seed", p.versions.seed if seed is None else seed), ("steps", n * a.steps), ("rank", n * a.rank), ("lr", a.single_lora_lr)),
-                  replay_answered=p.monolith.replay == "answered")
+                  replay_answered=p.monolith.replay == "answered", update_steps=p.monolith.update_steps)
 
 
 class Bank:
@@ -138,7 +139,8 @@ class Loop:
         self.trained = frozenset(V.body(x) for s in ("train", "dev") for items in world[s].values() for x in items)
         self.bank = Bank(base, tok, self.a, self.tables, self.layout.rank)
         self.suite_hash = {sid: V.sha256_json(s) for sid, s in self.suites.items()}
-        self.config = {"update_steps": self.vp.update_steps, "update_lr": self.layout.update_lr, "replay_items": self.vp.replay_items,
+        self.update_steps = self.layout.update_steps or self.vp.update_steps
+        self.config = {"update_steps": self.update_steps, "update_lr": self.layout.update_lr, "replay_items": self.vp.replay_items,
                        "rank": self.layout.rank, "teacher_samples": self.vp.teacher_samples, "teacher_noise": self.vp.teacher_noise,
                        "seed_problems": self.vp.seed_problems, "eval_every": self.vp.eval_every, "contract": self.vp.contract.model_dump(),
                        "harness_search": self.vp.harness.model_dump(mode="json")}
@@ -189,7 +191,7 @@ class Loop:
 
         model = lora_model(self.base, lay.rank, a.alpha_over_rank, derive_seed(g, "mol", "versions", "lora", k, *self.update_tag))
         bank.load(model, answering[cap])
-        history = train_on(model, self.tok, update, dev[s][cap], vp.update_steps, lay.update_lr, a, self.cfg.max_positions,
+        history = train_on(model, self.tok, update, dev[s][cap], self.update_steps, lay.update_lr, a, self.cfg.max_positions,
                            derive_seed(g, "mol", "versions", "order", k, *self.update_tag), vp.eval_every, None, f"{cand} {cap}",
                            verified_share(dev[s][cap], tables))
         cand_file = Path(scratch) / f"{cand}_{slot}.safetensors"

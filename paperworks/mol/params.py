@@ -217,6 +217,9 @@ class MonolithParams(StrictModel):
     update_lr: float = Field(5e-3, gt=0, le=1, description=(
         "learning rate of the monolith's update, chosen on cycle 1's dev pool (1e-3 and 3e-3 learn nothing in the update's "
         "steps, 1e-2 and above collapse the rank-32 LoRA)"))
+    update_steps: int | None = Field(None, ge=2, le=100_000, description=(
+        "the monolith's update steps (None: versions.update_steps): its own, trained until its dev success plateaus — "
+        "at versions.update_steps (300) and 5e-3 the rank-32 update was still rising in its last window"))
     replay: Literal["updated", "answered"] = Field("answered", description=(
         "what the monolith's update replays (mol.versions.replay_items in all): 'answered' = training items of every "
         "capability the one file answers (a monolithic practitioner's mixture replay, the fair baseline), 'updated' = "

@@ -41,6 +41,10 @@ def test_layouts_route_every_capability():
     assert all(mono.replay_capabilities(c) == list(CAPS) and mol.replay_capabilities(c) == [c] for c in CAPS)
     narrow = monolith_layout(p.model_copy(update={"monolith": p.monolith.model_copy(update={"replay": "updated"})}))
     assert all(narrow.replay_capabilities(c) == [c] for c in CAPS)
+    # the monolith's update has its own steps (default 600: trained to its plateau); None falls back to versions'
+    assert mono.update_steps == p.monolith.update_steps == 600 and mol.update_steps is None
+    same = monolith_layout(p.model_copy(update={"monolith": p.monolith.model_copy(update={"update_steps": None})}))
+    assert same.update_steps is None
 
 
 def test_update_data_check_verifies_each_item_with_its_own_capability():
@@ -249,7 +253,9 @@ def test_monolith_cycle_rewrites_only_its_one_adapter(tiny_repo, tiny_base, tmp_
     assert all("byte-identical" not in checks[f"retention: {c} on suite 0"]["detail"] for c in CAPS)  # every capability compared
     assert sum("byte-identical" in c["detail"] for c in mol["checks"] if c["name"].startswith("retention")) == 3
     # the same loop: the same audit traffic, suites and (same weakest capability) the same seed problems and replay
-    assert mono["config"]["update_steps"] == mol["config"]["update_steps"] and mono["config"]["rank"] == 4 * mol["config"]["rank"]
+    assert mol["config"]["update_steps"] == p.versions.update_steps and mono["config"]["rank"] == 4 * mol["config"]["rank"]
+    assert mono["config"]["update_steps"] == (p.monolith.update_steps or p.versions.update_steps)
+    assert mono["history"][-1]["step"] == mono["config"]["update_steps"]  # trained for its own steps
     assert mono["data"]["suites_sha256"] == mol["data"]["suites_sha256"]
     n_replay = min(p.versions.replay_items, sum(len(world["train"][c]) for c in CAPS))
     assert set(mono["data"]["replay_by_capability"]) == set(CAPS) and sum(mono["data"]["replay_by_capability"].values()) == n_replay
