@@ -206,7 +206,7 @@ def _version_order(versions) -> list[str]:
     return sorted(versions, key=lambda v: int(v.lstrip("v")))
 
 
-def version_tables(answers: dict, seed: int | str = "loop") -> dict[str, pd.DataFrame]:
+def version_tables(answers: dict, seed: int) -> dict[str, pd.DataFrame]:
     """Per-item tables of the latest accepted version vs v0 (arms ``latest``, ``v0``; unit = capability:item, inside
     the loop run of adapter seed ``seed``): on the acceptance suite the latest version was accepted on, and on v0's
     suite. The stage concatenates the loop runs' tables: the interval is over loop runs, items nested."""
@@ -226,17 +226,15 @@ def _accepted(lineage: list[dict]) -> list[dict]:
     return [r for r in lineage if r["status"] == "accepted" and r.get("candidate", "-") != "-"]
 
 
-def loop_preconditions(lineages: list[dict] | dict, ev: EvidenceParams) -> list[dict]:
-    """The loop accepted a version after v0 in every loop run (``lineages``: one lineage, or seed → lineage) and
-    every accepted update's dev success plateaued."""
-    runs = lineages if isinstance(lineages, dict) else {None: lineages}
+def loop_preconditions(runs: dict[int, list[dict]], ev: EvidenceParams) -> list[dict]:
+    """The loop accepted a version after v0 in every loop run (``runs``: seed → lineage) and every accepted update's
+    dev success plateaued."""
     counts = {s: (len(_accepted(lin)), sum(r["status"] == "rejected" for r in lin)) for s, lin in runs.items()}
     least = min(n for n, _ in counts.values())
     out = [precondition(LOOP_ACCEPTED, least >= 1, value=least, threshold=1,
-                        detail="; ".join((f"seed {s}: " if s is not None else "") + f"{n} candidate(s) accepted, {r} rejected"
-                                         for s, (n, r) in counts.items()))]
-    curves = [convergence((f"seed {s} " if s is not None else "") + f"{r['candidate']} ({r['capability']})",
-                          dev_curve(r["history"], "dev_success"), ev, lower_is_better=False)
+                        detail="; ".join(f"seed {s}: {n} candidate(s) accepted, {r} rejected" for s, (n, r) in counts.items()))]
+    curves = [convergence(f"seed {s} {r['candidate']} ({r['capability']})", dev_curve(r["history"], "dev_success"), ev,
+                          lower_is_better=False)
               for s, lin in runs.items() for r in _accepted(lin)]
     out.append(combine(UPDATES_CONVERGED, curves, "accepted updates' dev success curves") if curves else
                precondition(UPDATES_CONVERGED, False, detail="no accepted update"))
@@ -306,12 +304,10 @@ def _suite_hashes(lineage: list[dict]) -> dict[str, str]:
     return {sid: h for r in lineage for sid, h in r.get("data", {}).get("suites_sha256", {}).items()}
 
 
-def forgetting_preconditions(p: Params, rates: pd.DataFrame, lineages: dict, ev: EvidenceParams) -> list[dict]:
-    """Over every loop run (``lineages``: seed → arm → lineage; or arm → lineage for ``versions.seed`` alone): each
-    monolith's v0 learned (the single LoRA of that seed: own-suite floor and gain over the base, per capability),
+def forgetting_preconditions(p: Params, rates: pd.DataFrame, runs: dict[int, dict[str, list[dict]]], ev: EvidenceParams) -> list[dict]:
+    """Over every loop run (``runs``: seed → arm → lineage): each monolith's v0 learned (the single LoRA of that seed: own-suite floor and gain over the base, per capability),
     both loops accepted an update, the monolith's accepted updates plateaued, and every loop was judged on
     byte-identical suites (sha256 of every suite any lineage records)."""
-    runs = lineages if set(lineages) - set(LOOP_ARMS) else {p.versions.seed: lineages}
     c = p.claims
     failing, lowest = [], []
     for seed in runs:

@@ -34,9 +34,8 @@ def main() -> None:
     pre = report.preconditions(p, rates, results, base_history, ev)
     # every loop run: versions.seed's (the serving one) and the replicates', both layouts (mixture, monolith)
     loop_seeds = [p.versions.seed, *p.versions.replicate_seeds]
-    runs = {s: {arm: (read_json(loop_dir(arm, s, p.versions.seed) / "lineage.json"),
-                      read_json(loop_dir(arm, s, p.versions.seed) / "answers.json")) for arm in report.LOOP_ARMS}
-            for s in loop_seeds}
+    dirs = {s: {arm: loop_dir(arm, s, p.versions.seed) for arm in report.LOOP_ARMS} for s in loop_seeds}
+    runs = {s: {arm: (read_json(d / "lineage.json"), read_json(d / "answers.json")) for arm, d in by.items()} for s, by in dirs.items()}
     lineage, answers = runs[p.versions.seed]["mol"]
     for name in ("versions_new_suite", "versions_v0_suite"):
         parts = [t[name] for s in loop_seeds if name in (t := report.version_tables(runs[s]["mol"][1], seed=s))]

@@ -63,7 +63,7 @@ def loop_metrics(lineage: list[dict], answers: dict, serving: str, profile) -> d
                                         "new_suite_success": r["new_suite"]["candidate"], "parent_new_suite_success": r["new_suite"]["parent"],
                                         "failed_checks": len(r["failed_checks"])} for r in cands},
         "versions": {v: {f"suite_{sid}": {cap: float(np.mean(x)) for cap, x in per.items()} for sid, per in by.items()}
-                     for v, by in answers["answers"].items()},
+                     for v, by in answers.items()},
     }
 
 
@@ -104,13 +104,14 @@ def main() -> None:
         lineage = store.lineage()
         serving = store.serving()["version"]
         write_text(Path(root) / "lineage.md", V.lineage_markdown(lineage, serving))
-        summary = loop_metrics(lineage, {"answers": answers}, serving, raw.get("profile"))
+        summary = loop_metrics(lineage, answers, serving, raw.get("profile"))
+        table = pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g")
         if seed != vp.seed:  # a replicate keeps everything inside its one output directory, written atomically with it
-            write_text(Path(root) / "lineage.csv", pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
+            write_text(Path(root) / "lineage.csv", table)
             write_json(Path(root) / "metrics.json", summary)
 
     if seed == vp.seed:
-        write_text(lineage_csv, pd.DataFrame(V.lineage_rows(lineage)).to_csv(index=False, float_format="%.6g"))
+        write_text(lineage_csv, table)
         write_json(metrics, summary)
     write_run_log(log_name, {"cpu_s": cpu})
 

@@ -162,10 +162,10 @@ def _rates(single_ok=1.0):
 
 def test_forgetting_preconditions():
     p = _params()
-    ok = {r["name"]: r["passed"] for r in report.forgetting_preconditions(p, _rates(), {"mol": _lineage(), "monolith": _lineage()}, EV)}
+    ok = {r["name"]: r["passed"] for r in report.forgetting_preconditions(p, _rates(), {0: {"mol": _lineage(), "monolith": _lineage()}}, EV)}
     assert all(ok[n] for n in (report.MONOLITH_LEARNED, report.BOTH_ACCEPTED, report.MONOLITH_UPDATES_CONVERGED, report.SAME_SUITES)), ok
     bad = {r["name"]: r["passed"] for r in report.forgetting_preconditions(
-        p, _rates(single_ok=0.5), {"mol": _lineage(), "monolith": _lineage("other", accepted=False)}, EV)}
+        p, _rates(single_ok=0.5), {0: {"mol": _lineage(), "monolith": _lineage("other", accepted=False)}}, EV)}
     assert not bad[report.MONOLITH_LEARNED] and not bad[report.BOTH_ACCEPTED] and not bad[report.SAME_SUITES]
     assert not bad[report.MONOLITH_UPDATES_CONVERGED]
 

@@ -109,19 +109,19 @@ def test_loop_tables_and_preconditions():
     answers = {"suite_of": {"v0": "0", "v1": "1", "v2": "2"},
                "answers": {"v0": {"0": items(0.9), "2": items(0.3)}, "v1": {"0": items(0.9), "2": items(0.5)},
                            "v2": {"0": items(0.9), "2": items(0.95)}}}
-    tables = report.version_tables(answers)
+    tables = report.version_tables(answers, seed=0)
     new = tables["versions_new_suite"]
     assert set(new["arm"]) == {"latest", "v0"} and len(new) == 2 * 4 * 10
     latest = new[new["arm"] == "latest"].set_index("unit")["value"]
     assert latest["genui:3"] == float(answers["answers"]["v2"]["2"]["genui"][3])  # v2 (the latest), not v1, on suite 2
-    assert report.version_tables({"suite_of": {"v0": "0"}, "answers": {"v0": {"0": items(1)}}}) == {}
+    assert report.version_tables({"suite_of": {"v0": "0"}, "answers": {"v0": {"0": items(1)}}}, seed=0) == {}
     hist = [{"step": s, "dev_success": min(1.0, s / 50)} for s in range(10, 310, 30)]
     lineage = [{"candidate": "-", "status": "accepted", "version": "v0"},
                {"candidate": "cand1", "status": "accepted", "version": "v1", "capability": "agent", "history": hist},
                {"candidate": "cand2", "status": "rejected", "version": None, "capability": "genui", "history": hist[:3]}]
-    pre = {r["name"]: r for r in report.loop_preconditions(lineage, EV)}
+    pre = {r["name"]: r for r in report.loop_preconditions({0: lineage}, EV)}
     assert pre[report.LOOP_ACCEPTED]["passed"] and pre[report.UPDATES_CONVERGED]["passed"]  # the rejected one is not counted
-    pre = {r["name"]: r for r in report.loop_preconditions(lineage[:1] + lineage[2:], EV)}
+    pre = {r["name"]: r for r in report.loop_preconditions({0: lineage[:1] + lineage[2:]}, EV)}
     assert not pre[report.LOOP_ACCEPTED]["passed"] and not pre[report.UPDATES_CONVERGED]["passed"]
     # over loop runs (seed → lineage): every run must have accepted a version
     pre = {r["name"]: r for r in report.loop_preconditions({0: lineage, 1: lineage[:1] + lineage[2:]}, EV)}
