@@ -42,7 +42,7 @@ def test_layouts_route_every_capability():
     narrow = monolith_layout(p.model_copy(update={"monolith": p.monolith.model_copy(update={"replay": "updated"})}))
     assert all(narrow.replay_capabilities(c) == [c] for c in CAPS)
     # the monolith's update has its own steps (default 600: trained to its plateau); None falls back to versions'
-    assert mono.update_steps == p.monolith.update_steps == 600 and mol.update_steps is None
+    assert mono.update_steps == p.monolith.update_steps == 1200 and mol.update_steps is None
     same = monolith_layout(p.model_copy(update={"monolith": p.monolith.model_copy(update={"update_steps": None})}))
     assert same.update_steps is None
 
