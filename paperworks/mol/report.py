@@ -50,9 +50,10 @@ def success_rates(results: dict[int, dict]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def conversation_success(results: dict[int, dict], routes: dict[str, list[dict]]) -> pd.DataFrame:
+def conversation_success(results: dict[int, dict], routes: dict[str, dict[str, list[dict]]]) -> pd.DataFrame:
     """(policy, seed, conversation) → 1 when every turn was verified. Policies: oracle routing to the
-    specialists, each router → specialists, and the single LoRA / full FT answering every turn."""
+    specialists, each router → specialists (``routes[str(seed)][method]``: the router fitted for that adapter
+    seed), and the single LoRA / full FT answering every turn. ``routes`` empty: no router policies."""
     rows = []
     for seed, res in sorted(results.items()):
         ok = {(t["adapter"], t["conversation"], t["turn"]): bool(t["success"]) for t in res["turns"]}
@@ -62,7 +63,9 @@ def conversation_success(results: dict[int, dict], routes: dict[str, list[dict]]
         for c, t in sorted(true_cap):
             turns_of[c].append(t)
         policies = {"oracle": {k: v for k, v in true_cap.items()}}
-        for method, rs in routes.items():
+        if routes and str(seed) not in routes:
+            raise ValueError(f"routes.json has routers for adapter seeds {sorted(routes)}, not for seed {seed}: rerun mol_router")
+        for method, rs in (routes.get(str(seed), {}) if routes else {}).items():
             policies[f"router_{method}"] = {(r["conversation"], r["turn"]): r["route"] for r in rs}
         for policy, route in policies.items():
             for c in convs:
@@ -76,14 +79,23 @@ def conversation_success(results: dict[int, dict], routes: dict[str, list[dict]]
     return pd.DataFrame(rows)
 
 
-def routing_accuracy(routes: dict[str, list[dict]]) -> dict[str, dict]:
+def _routing_accuracy_one(rs: list[dict]) -> dict:
+    df = pd.DataFrame(rs)
+    later = df[df["turn"] > 0]
+    return {"turn_accuracy": float((df["route"] == df["capability"]).mean()), "turns": len(df),
+            "fallback_share": float(df["fallback"].mean()),
+            "accuracy_after_first_turn": float((later["route"] == later["capability"]).mean()) if len(later) else None}
+
+
+def routing_accuracy(routes: dict[str, dict[str, list[dict]]]) -> dict[str, dict]:
+    """Per router method: the per-turn figures averaged over the adapter seeds' routers, and each seed's."""
     out = {}
-    for method, rs in routes.items():
-        df = pd.DataFrame(rs)
-        later = df[df["turn"] > 0]
-        out[method] = {"turn_accuracy": float((df["route"] == df["capability"]).mean()), "turns": len(df),
-                       "fallback_share": float(df["fallback"].mean()),
-                       "accuracy_after_first_turn": float((later["route"] == later["capability"]).mean()) if len(later) else None}
+    methods = sorted({m for per_seed in routes.values() for m in per_seed})
+    for method in methods:
+        per_seed = {seed: _routing_accuracy_one(rs[method]) for seed, rs in sorted(routes.items())}
+        mean = {k: float(np.mean([v[k] for v in per_seed.values()])) if all(v[k] is not None for v in per_seed.values()) else None
+                for k in ("turn_accuracy", "fallback_share", "accuracy_after_first_turn")}
+        out[method] = {**mean, "turns": next(iter(per_seed.values()))["turns"], "per_seed": per_seed}
     return out
 
 
@@ -370,7 +382,7 @@ def loop_summary(lineage: list[dict], answers: dict) -> dict:
     }
 
 
-def summary(rates: pd.DataFrame, conv: pd.DataFrame, routes: dict[str, list[dict]], results: dict[int, dict]) -> dict:
+def summary(rates: pd.DataFrame, conv: pd.DataFrame, routes: dict[str, dict[str, list[dict]]], results: dict[int, dict]) -> dict:
     per_arm = {}
     for arm, g in rates.groupby("arm", sort=True):
         weak = g[g["items_weak"] > 0] if "items_weak" in g else g.iloc[:0]

@@ -368,6 +368,23 @@ def build_world(p, seed: int) -> dict:
     return world
 
 
+def router_train_draw(p, seed: int, adapter_seed: int, world: dict) -> list[dict]:
+    """The router training conversations of one adapter seed: ``p.router_train_conversations`` conversations from
+    their own stream (one per adapter seed, so the routers of two seeds are trained independently, like their
+    specialists), sharing no request with the acceptance suites (test items, test conversations)."""
+    from paperworks.core.seeding import derive_seed
+
+    rng = np.random.default_rng(derive_seed(seed, "mol", "world", "conversations", "router_train", "adapter", adapter_seed))
+    body = lambda x: request_from_dict(x).body()  # noqa: E731
+    suites = frozenset({body(x) for items in world["test"].values() for x in items} | {body(x) for x in world["test_conversations"]})
+    draw = make_conversations(rng, p.router_train_conversations, p.turns, p.neutral_share, suites, p.weak_cue_share)
+    shared = {x["prompt"] for x in draw} & {x["prompt"] for x in world["test_conversations"]}
+    if shared:
+        raise ValueError(f"router training draw of adapter seed {adapter_seed} shares prompts with the test conversations, "
+                         f"e.g. {sorted(shared)[0]!r}")
+    return draw
+
+
 def check_disjoint(world: dict) -> None:
     """The acceptance suites (test items, test conversations) share no request with the adapters' training
     or dev data (in any capability), and no prompt with the router's training conversations."""

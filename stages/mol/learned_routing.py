@@ -94,7 +94,7 @@ def run_poly(p: Params, base, tok, world, seed: int, g: int, ctx: int, mixture, 
                    "weak_cue": x["cue"] in W.WEAK_CUES.values(),
                    "success": bool(W.verify(cap, W.request_from_dict(x), o, world["tables"]))} for i, (x, o) in enumerate(zip(items, outs))]
     conv = world["test_conversations"]
-    routed = {(r["conversation"], r["turn"]): r["route"] for r in routes[p.router.headline]}
+    routed = {(r["conversation"], r["turn"]): r["route"] for r in routes[str(seed)][p.router.headline]}  # this seed's router
     turns = []
     for adapter, task_of in (("poly", lambda x: x["capability"]), (f"router_{p.router.headline}_poly",
                                                                     lambda x: routed[(x["conversation"], x["turn"])])):

@@ -67,10 +67,30 @@ def test_conversation_success_follows_the_routes():
                         {"conversation": 1, "turn": 0, "route": "coding"}, {"conversation": 1, "turn": 1, "route": "coding"}],
               "bad": [{"conversation": 0, "turn": 0, "route": "chat"}, {"conversation": 0, "turn": 1, "route": "genui"},
                       {"conversation": 1, "turn": 0, "route": "coding"}, {"conversation": 1, "turn": 1, "route": "coding"}]}
-    conv = report.conversation_success(res, routes).set_index(["policy", "conversation"])["success"]
+    conv = report.conversation_success(res, {"0": routes}).set_index(["policy", "conversation"])["success"]
     assert conv[("oracle", 0)] == 1.0 and conv[("oracle", 1)] == 0.0  # the second coding turn failed for every adapter
     assert conv[("router_rules", 0)] == 1.0
     assert conv[("router_bad", 0)] == 0.0                               # one wrong route fails the whole conversation
+
+
+def test_conversation_success_uses_each_seeds_own_router():
+    turns = [{"adapter": a, "conversation": 0, "turn": 0, "capability": "chat", "success": a == "chat"} for a in CAPABILITIES]
+    res = {0: {"turns": turns}, 1: {"turns": turns}}
+    routes = {"0": {"tfidf_lr": [{"conversation": 0, "turn": 0, "route": "chat"}]},
+              "1": {"tfidf_lr": [{"conversation": 0, "turn": 0, "route": "agent"}]}}
+    conv = report.conversation_success(res, routes).set_index(["policy", "seed"])["success"]
+    assert conv[("router_tfidf_lr", 0)] == 1.0 and conv[("router_tfidf_lr", 1)] == 0.0
+    with pytest.raises(ValueError, match="not for seed 1"):
+        report.conversation_success(res, {"0": routes["0"]})
+
+
+def test_routing_accuracy_averages_the_seeds_routers():
+    row = lambda c, t, route, cap, fb=False: {"conversation": c, "turn": t, "route": route, "capability": cap, "fallback": fb}  # noqa: E731
+    routes = {"0": {"rules": [row(0, 0, "chat", "chat"), row(0, 1, "agent", "agent", True)]},
+              "1": {"rules": [row(0, 0, "chat", "chat"), row(0, 1, "genui", "agent")]}}
+    acc = report.routing_accuracy(routes)["rules"]
+    assert acc["per_seed"]["0"]["turn_accuracy"] == 1.0 and acc["per_seed"]["1"]["turn_accuracy"] == 0.5
+    assert acc["turn_accuracy"] == 0.75 and acc["accuracy_after_first_turn"] == 0.5 and acc["fallback_share"] == 0.25
 
 
 def test_router_fallback_keeps_previous_route():

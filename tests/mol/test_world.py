@@ -104,3 +104,14 @@ def test_output_format_classifies_contamination():
     assert W.output_format(" files|take(2)") == "coding"
     assert W.output_format(" here are two files.") == "chat"
     assert W.output_format(" 12 ") == "other"
+
+
+def test_router_train_draw_is_one_stream_per_adapter_seed_and_disjoint_from_the_suites():
+    w = W.build_world(SMALL, 3)
+    a0, a0_again, a1 = W.router_train_draw(SMALL, 3, 0, w), W.router_train_draw(SMALL, 3, 0, w), W.router_train_draw(SMALL, 3, 1, w)
+    assert a0 == a0_again
+    assert [x["prompt"] for x in a0] != [x["prompt"] for x in a1]  # the two seeds' routers see different conversations
+    assert len({x["conversation"] for x in a0}) == SMALL.router_train_conversations
+    body = lambda x: W.request_from_dict(x).body()  # noqa: E731
+    suites = {body(x) for items in w["test"].values() for x in items} | {body(x) for x in w["test_conversations"]}
+    assert not suites & {body(x) for x in a0 + a1}
