@@ -37,6 +37,13 @@ def foundation_encoder(p: FoundationParams) -> PatchifyEncoder2D:
     return PatchifyEncoder2D(EncoderConfig(widths=tuple(p.widths), strides=(2, 1), embed_dim=p.widths[-1]))
 
 
+def build_foundation(p: FoundationParams, text_dim: int, seed: int) -> ImageTextModel:
+    """F with its text projector, initialised from ``seed`` alone: torch is seeded before the first weight
+    is drawn, so the initialisation follows the declared seed, not whatever the process drew before."""
+    torch.manual_seed(seed)
+    return ImageTextModel(foundation_encoder(p), text_dim=text_dim)
+
+
 def specialist_encoder(p: SpecialistParams) -> PatchifyEncoder2D:
     """At full resolution S: patch 4 then strides (2, 2) → an S/16 grid."""
     return PatchifyEncoder2D(EncoderConfig(widths=tuple(p.widths), strides=(2, 2), embed_dim=p.widths[-1]))

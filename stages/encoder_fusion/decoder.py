@@ -94,7 +94,7 @@ def main() -> None:
         write_json(tmp / "decoder.json", {"tagger_heldout_field_accuracy": tagger_acc, "tagger_training_sentences": p.panel.tagger_sentences,
                                           "vocab": len(tokenizer), "prefix_tokens": grid * grid, "max_report_tokens": max_len,
                                           "training_paraphrase_rate": d.paraphrase_rate, "reference_paraphrase_rate": p.panel.paraphrase_rate,
-                                          "lm_config": cfg.model_dump(), "process_s": cost})
+                                          "lm_config": cfg.model_dump()})
         save_tokenizer(tokenizer, tmp / "tokenizer.json")
     write_run_log("encoder_fusion_decoder", {"runs": len(histories), "process_s_per_run": cost})
 

@@ -17,10 +17,9 @@ from paperworks.core.io import atomic_path, save_safetensors, write_json, write_
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.core.vision.contrastive import ImageTextModel
 from paperworks.core.vision.text import encode_texts
 from paperworks.encoder_fusion.artifacts import FEATURES, MODELS, read_world, save_model
-from paperworks.encoder_fusion.models import foundation_encoder, token_grid, train_foundation, train_specialist
+from paperworks.encoder_fusion.models import build_foundation, token_grid, train_foundation, train_specialist
 from paperworks.encoder_fusion.params import MODALITIES, Params
 from paperworks.encoder_fusion.pipeline import detection_probe, question_table
 from paperworks.encoder_fusion.world import caption, coarse_view
@@ -39,10 +38,11 @@ def main() -> None:
     distinct = sorted({caption(cases[i]) for i in train + held})
     index = {c: k for k, c in enumerate(distinct)}
     text_table = torch.from_numpy(encode_texts(distinct))
-    clip = ImageTextModel(foundation_encoder(p.foundation), text_dim=text_table.shape[1])
+    f_seed = derive_seed(seed, "encoder_fusion", "foundation")
+    clip = build_foundation(p.foundation, text_table.shape[1], f_seed)
     f_hist = train_foundation(clip, coarse_view(images[train]), np.array([index[caption(cases[i])] for i in train]),
                               coarse_view(images[held]), np.array([index[caption(cases[i])] for i in held]), text_table,
-                              p.foundation, derive_seed(seed, "encoder_fusion", "foundation"))
+                              p.foundation, f_seed)
     clip.eval()
     log["foundation_s"] = time.process_time() - t0
     print(f"foundation: {len(train)} images, {len(distinct)} distinct captions, held-out loss "

@@ -101,3 +101,16 @@ def test_parallel_query_shares_the_seeded_initialisation_and_unknown_fusions_fai
 
     with pytest.raises(ValueError, match="allowed foundation, parallel, parallel_query, cascade"):
         build_fusion("sva", DIMS, 5, 3, HP, seed=4)
+
+
+def test_the_foundation_initialisation_follows_its_seed_not_the_processs_rng_state():
+    from paperworks.encoder_fusion.models import build_foundation
+    from paperworks.encoder_fusion.params import FoundationParams
+
+    p = FoundationParams(steps=10)
+    first = build_foundation(p, 16, seed=7).state_dict()
+    torch.rand(1000)  # RNG drawn in between (as MiniLM loading or an earlier stage part would)
+    again = build_foundation(p, 16, seed=7).state_dict()
+    other = build_foundation(p, 16, seed=8).state_dict()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first if first[k].is_floating_point() and first[k].numel() > 1)
