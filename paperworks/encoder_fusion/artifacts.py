@@ -4,10 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 import torch
 from torch import nn
 
-from paperworks.core.io import ArtifactError, load_safetensors, read_json, save_safetensors
+from paperworks.core.io import ArtifactError, load_safetensors, read_json, read_parquet, save_safetensors
 from paperworks.encoder_fusion.world import Case
 
 WORLD = Path("data/encoder_fusion/world")
@@ -17,6 +19,40 @@ VQA = Path("data/encoder_fusion/vqa")
 PANEL = Path("data/encoder_fusion/panel")
 PLOTS = Path("plots/encoder_fusion")
 METRICS = Path("metrics/encoder_fusion.json")
+
+VQA_PREDICTION_SCHEMA = pa.schema([("fusion", pa.string()), ("seed", pa.int64()), ("key", pa.string()), ("case_id", pa.string()),
+                                   ("modality", pa.string()), ("qtype", pa.string()), ("region", pa.string()), ("small", pa.bool_()),
+                                   ("answer", pa.int64()), ("pred", pa.int64()), ("correct", pa.float64()), ("pred_text", pa.string())])
+
+
+def vqa_seed_dir(seed: int) -> Path:
+    """What stage ``encoder_fusion_vqa@<seed>`` writes: that seed's runs of every fusion."""
+    return VQA / f"seed_{seed}"
+
+
+def vqa_head_path(fusion: str, seed: int) -> Path:
+    return vqa_seed_dir(seed) / "heads" / f"{fusion}-{seed}.safetensors"
+
+
+def read_vqa(seeds: list[int], fusions: list[str]) -> tuple[pd.DataFrame, dict]:
+    """Every seed's test predictions (concatenated) and dev curves (merged, keyed ``<fusion>-<seed>``).
+
+    A seed of the params with no folder, or a folder whose runs are not exactly that seed's fusions (another
+    profile's output), is an ``ArtifactError``: the claims' clusters must be the seeds the params name."""
+    preds, histories = [], {}
+    for s in seeds:
+        root = vqa_seed_dir(s)
+        if not root.is_dir():
+            raise ArtifactError(f"{root}: missing (encoder_fusion.head.seeds names seed {s}; run encoder_fusion_vqa@{s})")
+        df, hist = read_parquet(root / "predictions.parquet", VQA_PREDICTION_SCHEMA), read_json(root / "histories.json")
+        want = {f"{f}-{s}" for f in fusions}
+        got = {f"{f}-{x}" for f, x in df[["fusion", "seed"]].drop_duplicates().itertuples(index=False)}
+        if got != want or set(hist) != want:
+            raise ArtifactError(f"{root}: holds runs {sorted(got | set(hist))}, expected {sorted(want)} "
+                                "(written under other params: rerun encoder_fusion_vqa)")
+        preds.append(df)
+        histories.update(hist)
+    return pd.concat(preds, ignore_index=True), histories
 
 
 def save_model(path: Path, model: nn.Module) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, NonNegativeInt, model_validator
 
 from paperworks.core.params import StrictModel
 
@@ -63,7 +63,8 @@ class HeadParams(StrictModel):
     """Fusion module + VQA head, trained per (fusion, seed) on the frozen, cached encoder tokens."""
 
     fusions: list[Fusion] = Field(default_factory=lambda: list(FUSIONS), min_length=2)
-    seeds: int = Field(5, ge=1, le=50, description="independent trainings of each fusion (the claims' clusters)")
+    seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=50, description=(
+        "independent trainings of each fusion (the claims' clusters); one stage per seed (encoder_fusion_vqa@<seed>)"))
     d_model: int = Field(64, ge=8, le=512)
     heads: int = Field(4, ge=1, le=16)
     window: int = Field(1, ge=0, le=8, description="local cross-attention radius in token cells (0: same cell only)")

@@ -62,7 +62,7 @@ def preconditions(p: Params, probe: dict, enc_hist: dict, vqa_hist: dict, panel:
 
 def claim_specs(p: Params) -> list[ClaimSpec]:
     """Headline first: cascade vs foundation, cascade vs parallel (2D VQA), RoI metric vs entity-F1 (panel)."""
-    seeds = p.head.seeds
+    seeds = len(p.head.seeds)
     vqa = dict(metric="VQA accuracy", unit="question", cluster="seed", preconditions=FUSION_PRE)
     specs = [ClaimSpec(id="cascade_vs_foundation", role="headline", table="vqa_accuracy", method="cascade", baseline="foundation",
                        statement=f"cascade fusion (F → S_xray → S_path, zero-gated local cross-attention) beats the foundation "
@@ -353,7 +353,7 @@ def reliability_units(rel: pd.DataFrame, p: Params) -> dict[str, pd.DataFrame]:
 
 
 def reliability_claim_specs(p: Params) -> list[ClaimSpec]:
-    r, seeds = p.reliability, p.head.seeds
+    r, seeds = p.reliability, len(p.head.seeds)
     common = dict(unit="question", cluster="seed", preconditions=RELIABILITY_PRE)
     specs = [ClaimSpec(id=f"abstention_raises_accuracy_{f}", table="selective_accuracy", metric="VQA accuracy on answered questions",
                        method=f"{f}_answered", baseline=f"{f}_all", paired=False,

@@ -8,7 +8,7 @@ from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion import report
 from paperworks.encoder_fusion.artifacts import (DECODER, EXPLORE, FEATURES, METRICS, MODELS, PANEL, PLOTS, RELIABILITY,
-                                                 VOLUME_VQA, VOLUMES, VQA)
+                                                 VOLUME_VQA, VOLUMES, read_vqa)
 from paperworks.encoder_fusion.params import Params
 
 
@@ -18,8 +18,7 @@ def main() -> None:
     ev = load_evidence()
     raw = read_params_file()
     seed = global_seed(raw)
-    pred = read_parquet(VQA / "predictions.parquet")
-    vqa_hist = read_json(VQA / "histories.json")
+    pred, vqa_hist = read_vqa(p.head.seeds, p.head.fusions)
     enc_hist = read_json(MODELS / "histories.json")
     probe = read_json(FEATURES / "detection_probe.json")
     tau = read_parquet(PANEL / "tau.parquet")
@@ -64,9 +63,9 @@ def main() -> None:
         "volume": {**report.volume_summary(vol_pred, vol_hist), "world": vol_world, "training_runs": p.volume.seeds},
         "report_decoder": {**report.decoder_summary(dec_reports, dec_hist, dec_info), "training_runs": p.decoder.seeds},
         "explore": {**report.explore_summary(ex_comp, ex_tool, ex_domain, ex_info), "training_runs": p.explore.seeds},
-        "reliability": {**report.reliability_summary(rel, rel_info, p), "training_runs": p.head.seeds},
+        "reliability": {**report.reliability_summary(rel, rel_info, p), "training_runs": len(p.head.seeds)},
         "preconditions": pre,
-        "training_runs": p.head.seeds,
+        "training_runs": len(p.head.seeds),
     })
     for c in claims:
         print(f"{c['id']}: {c['verdict']}  ({c['method_mean']} vs {c['baseline_mean']})")

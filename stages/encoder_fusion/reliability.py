@@ -19,7 +19,7 @@ from paperworks.core.io import ArtifactError, atomic_path, read_parquet, write_j
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import FEATURES, MODELS, RELIABILITY, VQA, load_model, read_tokens, read_world
+from paperworks.encoder_fusion.artifacts import FEATURES, MODELS, RELIABILITY, load_model, read_tokens, read_vqa, read_world, vqa_head_path, vqa_seed_dir
 from paperworks.encoder_fusion.models import FusionVQA, Specialist, foundation_encoder, predict, token_grid
 from paperworks.encoder_fusion.params import MODALITIES, Params
 from paperworks.encoder_fusion.pipeline import question_table
@@ -40,7 +40,7 @@ def main() -> None:
     cases, images, _ = read_world()
     tokens = read_tokens(FEATURES)
     _, qdf = question_table(cases)
-    vqa_pred = read_parquet(VQA / "predictions.parquet")
+    vqa_pred, _ = read_vqa(p.head.seeds, p.head.fusions)
     t0 = time.process_time()
     # --- degraded test images through the frozen encoders
     test_rows = np.array([i for i, c in enumerate(cases) if c.split == "test"])
@@ -65,10 +65,10 @@ def main() -> None:
     enc_clean = {k: tokens[k] for k in ("foundation", "xray", "path")}
     split_q = {s: qdf[qdf["split"] == s] for s in ("dev", "test")}
     rows, info = [], {}
-    for s in range(p.head.seeds):
+    for s in p.head.seeds:
         for fusion in p.head.fusions:
             run = f"{fusion}-{s}"
-            model = load_model(VQA / "heads" / f"{run}.safetensors", FusionVQA(fusion, dims, qemb.shape[1], grid, p.head))
+            model = load_model(vqa_head_path(fusion, s), FusionVQA(fusion, dims, qemb.shape[1], grid, p.head))
             out = {}
             for name, (split, toks) in {"dev": ("dev", enc_clean), "test": ("test", enc_clean),
                                         "test_degraded": ("test", degraded)}.items():
@@ -78,8 +78,8 @@ def main() -> None:
             q, logits = out["test"]
             mine = pd.Series(logits.argmax(1), index=q["key"].to_numpy())
             if len(ref) != len(mine) or not (ref.reindex(mine.index).to_numpy() == mine.to_numpy()).all():
-                raise ArtifactError(f"{VQA / 'heads' / f'{run}.safetensors'}: its test predictions differ from "
-                                    f"{VQA / 'predictions.parquet'} (weights and predictions are not from the same run)")
+                raise ArtifactError(f"{vqa_head_path(fusion, s)}: its test predictions differ from "
+                                    f"{vqa_seed_dir(s) / 'predictions.parquet'} (weights and predictions are not from the same run)")
             q, logits = out["dev"]
             temp = calibrate(logits, q["answer"].to_numpy())
             dev_conf = confidence(logits, temp)

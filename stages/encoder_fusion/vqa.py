@@ -1,52 +1,56 @@
-"""Stage encoder_fusion_vqa: every fusion × seed trained on the cached tokens (same steps, same data,
+"""Stage encoder_fusion_vqa@<seed>: every fusion of one seed trained on the cached tokens (same steps, same data,
 the same seed → the same shared initialisation), test predictions, dev curves and each run's weights at its
-checkpoint in use (``heads/<fusion>-<seed>.safetensors``: the reliability stage evaluates them without retraining)."""
+checkpoint in use (``seed_<seed>/heads/<fusion>-<seed>.safetensors``: the reliability stage evaluates them without
+retraining). One stage per seed, so the seeds train in parallel lanes and a new seed trains alone."""
 from __future__ import annotations
 
+import argparse
 import time
 
 import pandas as pd
-import pyarrow as pa
 
 from paperworks.core.io import atomic_path, write_json, write_parquet, write_run_log
-from paperworks.core.params import global_seed, load_section, read_params_file
+from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import FEATURES, VQA, read_tokens, read_world, save_model
+from paperworks.encoder_fusion.artifacts import FEATURES, read_tokens, read_world, save_model, VQA_PREDICTION_SCHEMA, vqa_head_path, vqa_seed_dir
 from paperworks.encoder_fusion.params import Params
 from paperworks.encoder_fusion.pipeline import question_table, run_fusion
 
-PREDICTION_SCHEMA = pa.schema([("fusion", pa.string()), ("seed", pa.int64()), ("key", pa.string()), ("case_id", pa.string()),
-                               ("modality", pa.string()), ("qtype", pa.string()), ("region", pa.string()), ("small", pa.bool_()),
-                               ("answer", pa.int64()), ("pred", pa.int64()), ("correct", pa.float64()), ("pred_text", pa.string())])
 
 
 @stage_main
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, required=True)
+    s = ap.parse_args().seed
     p = load_section("encoder_fusion", Params)
+    if s not in p.head.seeds:
+        raise ParamsError(f"--seed {s} is not in encoder_fusion.head.seeds {p.head.seeds}")
     seed = global_seed(read_params_file())
     cases, _, _ = read_world()
     tokens = read_tokens(FEATURES)
     _, qdf = question_table(cases)
     preds, histories, cost, models = [], {}, {}, {}
-    for s in range(p.head.seeds):
-        run_seed = derive_seed(seed, "encoder_fusion", "head", s)
-        for fusion in p.head.fusions:
-            t0 = time.process_time()
-            df, hist, models[f"{fusion}-{s}"] = run_fusion(fusion, s, run_seed, tokens, qdf, p.head)
-            cost[f"{fusion}-{s}"] = time.process_time() - t0
-            preds.append(df)
-            histories[f"{fusion}-{s}"] = hist
-            sel = next(r for r in hist if r["selected"])
-            print(f"{fusion} seed {s}: dev accuracy {hist[0]['dev_accuracy']:.3f} → {sel['dev_accuracy']:.3f} (step {sel['step']}), "
-                  f"test {df['correct'].mean():.3f}" + "".join(f", {k} {v:+.3f}" for k, v in sel.items() if k.startswith("gate")))
-    with atomic_path(VQA) as tmp:
-        write_parquet(tmp / "predictions.parquet", pd.concat(preds, ignore_index=True), PREDICTION_SCHEMA)
+    run_seed = derive_seed(seed, "encoder_fusion", "head", s)
+    for fusion in p.head.fusions:
+        t0 = time.process_time()
+        df, hist, models[fusion] = run_fusion(fusion, s, run_seed, tokens, qdf, p.head)
+        cost[f"{fusion}-{s}"] = time.process_time() - t0
+        preds.append(df)
+        histories[f"{fusion}-{s}"] = hist
+        sel = next(r for r in hist if r["selected"])
+        print(f"{fusion} seed {s}: dev accuracy {hist[0]['dev_accuracy']:.3f} → {sel['dev_accuracy']:.3f} (step {sel['step']}), "
+              f"test {df['correct'].mean():.3f}" + "".join(f", {k} {v:+.3f}" for k, v in sel.items() if k.startswith("gate")))
+    out = vqa_seed_dir(s)
+    with atomic_path(out) as tmp:
+        write_parquet(tmp / "predictions.parquet", pd.concat(preds, ignore_index=True), VQA_PREDICTION_SCHEMA)
         write_json(tmp / "histories.json", histories)
-        (tmp / "heads").mkdir(parents=True)
-        for run, model in models.items():
-            save_model(tmp / "heads" / f"{run}.safetensors", model)
-    write_run_log("encoder_fusion_vqa", {"runs": len(histories), "process_s_per_run": cost})
+        for fusion, model in models.items():
+            path = tmp / vqa_head_path(fusion, s).relative_to(out)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            save_model(path, model)
+    write_run_log(f"encoder_fusion_vqa_{s}", {"runs": len(histories), "process_s_per_run": cost})
 
 
 if __name__ == "__main__":

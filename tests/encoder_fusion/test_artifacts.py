@@ -42,3 +42,33 @@ def test_wrong_dtype_and_count(world):
     _write(root, torch.from_numpy(images), torch.from_numpy(dense), cases[:-1])
     with pytest.raises(ArtifactError, match="cases but"):
         read_world(root)
+
+
+def _vqa_seed(seed, fusions):
+    import pandas as pd
+
+    from paperworks.core.io import write_parquet
+    from paperworks.encoder_fusion.artifacts import VQA_PREDICTION_SCHEMA, vqa_seed_dir
+
+    root = vqa_seed_dir(seed)
+    root.mkdir(parents=True)
+    rows = pd.DataFrame([{f.name: 0 for f in VQA_PREDICTION_SCHEMA} | {"fusion": f, "seed": seed, "key": f"q{i}", "case_id": "c",
+                          "modality": "xray", "qtype": "presence", "region": "r", "small": False, "correct": 1.0, "pred_text": "yes"}
+                         for i, f in enumerate(fusions)])
+    write_parquet(root / "predictions.parquet", rows, VQA_PREDICTION_SCHEMA)
+    write_json(root / "histories.json", {f"{f}-{seed}": [{"step": 0}] for f in fusions})
+
+
+def test_read_vqa_gathers_the_seeds_the_params_name_and_refuses_others(tmp_path, monkeypatch):
+    from paperworks.encoder_fusion.artifacts import read_vqa
+
+    monkeypatch.chdir(tmp_path)
+    fusions = ["foundation", "cascade"]
+    _vqa_seed(0, fusions)
+    _vqa_seed(1, fusions)
+    pred, hist = read_vqa([0, 1], fusions)
+    assert sorted(pred["seed"].unique()) == [0, 1] and set(hist) == {"foundation-0", "cascade-0", "foundation-1", "cascade-1"}
+    with pytest.raises(ArtifactError, match="seed_2: missing.*encoder_fusion_vqa@2"):
+        read_vqa([0, 1, 2], fusions)
+    with pytest.raises(ArtifactError, match="seed_0: holds runs"):  # written under params with fewer fusions
+        read_vqa([0, 1], ["foundation", "parallel", "cascade"])

@@ -92,7 +92,7 @@ def test_reliability_stage_detects_mismatched_artifacts(smoke_repo):
     """A head file that is not the one the predictions came from, or encoders that do not match the cached
     tokens, stop the reliability stage with a message naming the file (run in place, outside DVC)."""
     dvc(smoke_repo, "repro", "encoder_fusion_reliability")
-    heads = smoke_repo / "data/encoder_fusion/vqa/heads"
+    heads = smoke_repo / "data/encoder_fusion/vqa/seed_1/heads"
     models = smoke_repo / "models/encoder_fusion"
     cmd = [sys.executable, "-m", "stages.encoder_fusion.reliability"]
     backup = smoke_repo.parent / "backup.safetensors"

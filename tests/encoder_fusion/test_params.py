@@ -87,3 +87,12 @@ def test_bad_reliability_params_name_the_key():
     s["reliability"]["abstention_fusions"] = ["sva"]
     msg = _error(s)
     assert "encoder_fusion.reliability.abstention_fusions" in msg and "'parallel_query'" in msg
+
+
+def test_head_seeds_are_a_list_of_distinct_seeds():
+    s = _default()
+    s["head"]["seeds"] = [0, 0, 1]
+    assert "encoder_fusion.head.seeds" in _error(s) and "distinct" in _error(s)
+    s = _default()
+    s["head"]["seeds"] = 5  # the old count form: one stage per seed needs the seeds named
+    assert "encoder_fusion.head.seeds" in _error(s)
