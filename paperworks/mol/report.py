@@ -396,7 +396,6 @@ def summary(rates: pd.DataFrame, conv: pd.DataFrame, routes: dict[str, dict[str,
         "conversations": {pol: float(g["success"].mean()) for pol, g in conv.groupby("policy")} if len(conv) else {},
         "routing": routing_accuracy(routes),
         "trainable_parameters": first["trainable"],
-        "train_cpu_s": {str(s): r.get("cpu_s", {}) for s, r in sorted(results.items())},
         "seeds": sorted(results),
     }
 

@@ -103,7 +103,7 @@ def main() -> None:
     suite += answer_suite(base, tok, "base", W.CAPABILITIES, world, mnt)
 
     write_json(out / "results.json", {"seed": args.seed, "suite": suite, "turns": turns, "histories": histories,
-                                      "trainable": trainable, "cpu_s": cpu})
+                                      "trainable": trainable})  # CPU seconds: the run log only (same bytes on a rerun)
     write_run_log(f"mol_train_{args.seed}", {"cpu_s": cpu})
     for arm in ("specialists", *baselines, "base"):
         rows = [r for r in suite if r["arm"] == arm]
