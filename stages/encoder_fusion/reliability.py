@@ -15,11 +15,12 @@ import pandas as pd
 import pyarrow as pa
 import torch
 
-from paperworks.core.io import ArtifactError, atomic_path, read_parquet, write_json, write_parquet, write_run_log
+from paperworks.core.io import ArtifactError, atomic_path, write_json, write_parquet, write_run_log
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import FEATURES, MODELS, RELIABILITY, load_model, read_tokens, read_vqa, read_world, vqa_head_path, vqa_seed_dir
+from paperworks.encoder_fusion.artifacts import (FEATURES, MODELS, RELIABILITY, load_model, read_tokens, read_vqa, read_world,
+                                                 vqa_head_path, vqa_seed_dir)
 from paperworks.encoder_fusion.models import FusionVQA, Specialist, foundation_encoder, predict, token_grid
 from paperworks.encoder_fusion.params import MODALITIES, Params
 from paperworks.encoder_fusion.pipeline import question_table

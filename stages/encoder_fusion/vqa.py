@@ -13,10 +13,10 @@ from paperworks.core.io import atomic_path, write_json, write_parquet, write_run
 from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import FEATURES, read_tokens, read_world, save_model, VQA_PREDICTION_SCHEMA, vqa_head_path, vqa_seed_dir
+from paperworks.encoder_fusion.artifacts import (FEATURES, VQA_PREDICTION_SCHEMA, read_tokens, read_world, save_model, vqa_head_path,
+                                                 vqa_seed_dir)
 from paperworks.encoder_fusion.params import Params
 from paperworks.encoder_fusion.pipeline import question_table, run_fusion
-
 
 
 @stage_main
@@ -46,10 +46,9 @@ def main() -> None:
     with atomic_path(out) as tmp:
         write_parquet(tmp / "predictions.parquet", pd.concat(preds, ignore_index=True), VQA_PREDICTION_SCHEMA)
         write_json(tmp / "histories.json", histories)
+        (tmp / "heads").mkdir(parents=True)
         for fusion, model in models.items():
-            path = tmp / vqa_head_path(fusion, s).relative_to(out)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            save_model(path, model)
+            save_model(tmp / "heads" / vqa_head_path(fusion, s).name, model)
     write_run_log(f"encoder_fusion_vqa_{s}", {"runs": len(histories), "process_s_per_run": cost})
 
 
