@@ -25,6 +25,16 @@ VQA_PREDICTION_SCHEMA = pa.schema([("fusion", pa.string()), ("seed", pa.int64())
                                    ("answer", pa.int64()), ("pred", pa.int64()), ("correct", pa.float64()), ("pred_text", pa.string())])
 
 
+def encoder_dir(seed: int) -> Path:
+    """What stage ``encoder_fusion_encoders@<seed>`` trains: that seed's foundation encoder, specialists, curves."""
+    return MODELS / f"seed_{seed}"
+
+
+def features_dir(seed: int) -> Path:
+    """That seed's frozen token grids, question embeddings and small-lesion detection probe."""
+    return FEATURES / f"seed_{seed}"
+
+
 def vqa_seed_dir(seed: int) -> Path:
     """What stage ``encoder_fusion_vqa@<seed>`` writes: that seed's runs of every fusion."""
     return VQA / f"seed_{seed}"
@@ -83,7 +93,9 @@ def read_world(root: Path = WORLD) -> tuple[list[Case], np.ndarray, np.ndarray]:
     return [Case.from_record(r) for r in records], images, dense
 
 
-def read_tokens(root: Path = FEATURES) -> dict[str, torch.Tensor]:
+def read_tokens(root: Path) -> dict[str, torch.Tensor]:
+    if not (root / "tokens.safetensors").is_file():
+        raise ArtifactError(f"{root / 'tokens.safetensors'}: missing (run encoder_fusion_encoders@{root.name.removeprefix('seed_')})")
     t = load_safetensors(root / "tokens.safetensors")
     need = {"foundation", "xray", "path", "question_embeddings"}
     if set(t) != need:

@@ -20,7 +20,7 @@ from torch import nn
 
 from paperworks.core.lm import LMConfig, build_model
 from paperworks.core.lm.train import warmup_cosine
-from paperworks.encoder_fusion.models import FusionVQA
+from paperworks.encoder_fusion.models import FusionVQA, patience_spent
 from paperworks.encoder_fusion.params import DecoderParams, HeadParams
 from paperworks.encoder_fusion.reports import RoIScore
 
@@ -130,7 +130,8 @@ def dev_loss(model: ReportDecoder, tokens: dict[str, torch.Tensor], rows: np.nda
 def train_decoder(model: ReportDecoder, tokens: dict[str, torch.Tensor], train: tuple[np.ndarray, torch.Tensor, torch.Tensor],
                   dev: tuple[np.ndarray, torch.Tensor, torch.Tensor], p: DecoderParams, seed: int) -> list[dict]:
     """AdamW (warm-up + cosine) with teacher forcing; dev loss every ``log_every`` steps; ends at the lowest-dev-loss
-    checkpoint (marked ``selected``). ``train``/``dev``: (case rows into ``tokens``, report ids, masks)."""
+    checkpoint (marked ``selected``), or earlier once ``p.patience`` steps pass without a lower dev loss.
+    ``train``/``dev``: (case rows into ``tokens``, report ids, masks)."""
     rng = np.random.default_rng(seed)
     params = [q for q in model.parameters() if q.requires_grad]
     opt = torch.optim.AdamW(params, lr=p.lr, weight_decay=0.01)
@@ -150,7 +151,7 @@ def train_decoder(model: ReportDecoder, tokens: dict[str, torch.Tensor], train: 
                 for r in history:
                     r["selected"] = r is row
             model.train()
-        if step == p.steps:
+        if step == p.steps or patience_spent(history, step, p.patience):
             break
         idx = rng.choice(len(rows), size=min(p.batch_size, len(rows)), replace=False)
         bi, bm = _trim(ids[idx], mask[idx])

@@ -32,6 +32,7 @@ from paperworks.core.lm.train import warmup_cosine
 from paperworks.encoder_fusion.decoder import ReportDecoder, _trim
 from paperworks.encoder_fusion.decoder import _rows as _case_rows  # the report decoder's own row gather
 from paperworks.encoder_fusion.instructions import complies
+from paperworks.encoder_fusion.models import patience_spent
 
 # (case rows into the token dict, prompt ids N × P, report ids N × T, report mask N × T)
 PromptData = tuple[np.ndarray, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -140,10 +141,11 @@ def _sample(sources: list[tuple[PromptData, float]], batch_size: int, rng: np.ra
 
 
 def train_prompted(model: PromptedDecoder, tokens: dict[str, torch.Tensor], sources: list[tuple[PromptData, float]],
-                   dev: PromptData, steps: int, batch_size: int, lr: float, log_every: int, seed: int) -> list[dict]:
+                   dev: PromptData, steps: int, batch_size: int, lr: float, log_every: int, seed: int,
+                   patience: int | None = None) -> list[dict]:
     """AdamW (5 % warm-up, cosine to 0.1×), teacher forcing on batches mixed from ``sources`` (data, share of each
     batch; shares sum to 1); the dev loss every ``log_every`` steps is the plateau curve; ends at the lowest-dev-loss
-    checkpoint (``selected``)."""
+    checkpoint (``selected``), training stopped once ``patience`` steps pass without a lower dev loss (None: never)."""
     if abs(sum(s for _, s in sources) - 1.0) > 1e-6:
         raise ValueError(f"source shares {[s for _, s in sources]} must sum to 1")
     rng = np.random.default_rng(seed)
@@ -163,7 +165,7 @@ def train_prompted(model: PromptedDecoder, tokens: dict[str, torch.Tensor], sour
                 for r in history:
                     r["selected"] = r is row
             model.train()
-        if step == steps:
+        if step == steps or patience_spent(history, step, patience):
             break
         rows, prompt, ids, mask = _sample(sources, batch_size, rng)
         bi, bm = _trim(ids, mask)

@@ -270,12 +270,22 @@ def predict(model: FusionVQA, tokens: dict[str, torch.Tensor], qemb: torch.Tenso
     return torch.cat(out) if out else torch.zeros(0, len(ANSWERS))
 
 
+def patience_spent(history: list[dict], step: int, patience: int | None) -> bool:
+    """Early stopping: ``patience`` steps have passed since the ``selected`` row (the best dev checkpoint so far).
+    None: never. The one stopping rule of the track's heads, report decoders and instruction tuning."""
+    return patience is not None and step - next(r["step"] for r in history if r["selected"]) >= patience
+
+
 def train_fusion(model: FusionVQA, tokens: dict[str, torch.Tensor], qemb: torch.Tensor, train: dict[str, np.ndarray],
                  dev: dict[str, np.ndarray], p: HeadParams, seed: int) -> list[dict]:
     """AdamW + cosine on the training questions; dev loss / accuracy every ``log_every`` steps (the plateau curve).
 
     Every fusion ends at its best dev-accuracy checkpoint (the earliest on ties; marked ``selected`` in
-    its history row), so neither a late-overfitting nor a slow-learning arm is read at a bad step.
+    its history row), so neither a late-overfitting nor a slow-learning arm is read at a bad step. With
+    ``p.patience`` set, training stops once that many steps have passed without a better dev accuracy (the
+    schedule stays the one of ``p.steps``). Replayed on the 2026-12-06 default run's curves (4,000 steps each), a
+    patience of 1,000 keeps 19 of 20 heads' best dev accuracy exactly (cascade seed 0: 0.9892 instead of 0.9908,
+    2 of 1,200 dev questions) at 69 % of the steps; every dev loss had bottomed out by step 1,800.
     ``train``/``dev``: arrays ``row`` (case row in ``tokens``), ``qid`` (row of ``qemb``), ``answer``.
     """
     rng = np.random.default_rng(seed)
@@ -294,7 +304,7 @@ def train_fusion(model: FusionVQA, tokens: dict[str, torch.Tensor], qemb: torch.
                 for row in history:
                     row["selected"] = row is history[-1]
             model.train()
-        if step == p.steps:
+        if step == p.steps or patience_spent(history, step, p.patience):
             break
         idx = rng.choice(len(train["row"]), size=min(p.batch_size, len(train["row"])), replace=False)
         logits = model(_batch(tokens, torch.as_tensor(train["row"][idx])), qemb[torch.as_tensor(train["qid"][idx])])

@@ -64,7 +64,9 @@ class HeadParams(StrictModel):
 
     fusions: list[Fusion] = Field(default_factory=lambda: list(FUSIONS), min_length=2)
     seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=50, description=(
-        "independent trainings of each fusion (the claims' clusters); one stage per seed (encoder_fusion_vqa@<seed>)"))
+        "independent trainings (the claims' clusters): seed s trains its own foundation encoder and specialists "
+        "(encoder_fusion_encoders@<s>) and every fusion head on them (encoder_fusion_vqa@<s>); the first listed "
+        "seed's encoders also feed the report decoder and the explore stage"))
     d_model: int = Field(64, ge=8, le=512)
     heads: int = Field(4, ge=1, le=16)
     window: int = Field(1, ge=0, le=8, description="local cross-attention radius in token cells (0: same cell only)")
@@ -72,6 +74,8 @@ class HeadParams(StrictModel):
     batch_size: int = Field(128, ge=8, le=4096)
     lr: float = Field(2e-3, gt=0, le=1)
     log_every: int = Field(25, ge=1, le=10_000)
+    patience: int | None = Field(None, ge=1, le=200_000, description=(
+        "stop once this many steps pass without a better dev accuracy (null: train all ``steps``)"))
 
     @model_validator(mode="after")
     def _check(self) -> "HeadParams":
@@ -151,6 +155,8 @@ class DecoderParams(StrictModel):
     lr: float = Field(3e-3, gt=0, le=1)
     log_every: int = Field(50, ge=1, le=10_000)
     max_new_tokens: int = Field(64, ge=4, le=512, description="generation cap; a report cut here is counted as generated")
+    patience: int | None = Field(None, ge=1, le=100_000, description=(
+        "stop once this many steps pass without a lower dev loss (null: train all ``steps``)"))
 
     @model_validator(mode="after")
     def _check(self) -> "DecoderParams":
@@ -167,6 +173,9 @@ class ExploreParams(StrictModel):
     seeds: int = Field(3, ge=1, le=50, description="independent runs of each comparison (the claims' clusters)")
     retention_fusion: Fusion = Field("cascade", description="the fusion under the retention decoder")
     instruct_steps: int = Field(ge=10, le=100_000, description="instruction tuning (plain + every format instruction)")
+    instruct_patience: int | None = Field(None, ge=1, le=100_000, description=(
+        "stop instruction tuning once this many steps pass without a lower dev loss (null: all ``instruct_steps``); "
+        "the domain-tuning and tool arms always train their full steps (the compared arms get the same steps)"))
     domain_steps: int = Field(ge=10, le=100_000, description="domain tuning of each arm, from the instruction-tuned checkpoint")
     mix_share: float = Field(0.25, gt=0, lt=1, description="share of each domain-tuning batch drawn from the instruction items ('mixed' arm)")
     domain_paraphrase_rate: float = Field(0.5, ge=0, le=1, description="paraphrase rate of the domain-tuning reports (the new house style)")

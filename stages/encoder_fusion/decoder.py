@@ -19,7 +19,7 @@ from paperworks.core.lm import save_tokenizer, train_tokenizer
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import DECODER, FEATURES, read_tokens, read_world
+from paperworks.encoder_fusion.artifacts import DECODER, features_dir, read_tokens, read_world
 from paperworks.encoder_fusion.decoder import (ReportDecoder, encode_reports, generate_reports, lm_config, roi_f1,
                                                train_decoder)
 from paperworks.encoder_fusion.params import Params
@@ -41,7 +41,7 @@ def main() -> None:
     p = load_section("encoder_fusion", Params)
     seed = global_seed(read_params_file())
     cases, _, _ = read_world()
-    tokens = read_tokens(FEATURES)
+    tokens = read_tokens(features_dir(p.head.seeds[0]))  # one encoder draw: the first seed's
     d = p.decoder
     split_rows = {s: np.array([i for i, c in enumerate(cases) if c.split == s]) for s in ("train", "dev", "test")}
     texts = {}

@@ -7,8 +7,8 @@ from paperworks.core.io import read_json, read_parquet, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion import report
-from paperworks.encoder_fusion.artifacts import (DECODER, EXPLORE, FEATURES, METRICS, MODELS, PANEL, PLOTS, RELIABILITY,
-                                                 VOLUME_VQA, VOLUMES, read_vqa)
+from paperworks.encoder_fusion.artifacts import (DECODER, EXPLORE, METRICS, PANEL, PLOTS, RELIABILITY, VOLUME_VQA, VOLUMES,
+                                                 encoder_dir, features_dir, read_vqa)
 from paperworks.encoder_fusion.params import Params
 
 
@@ -19,8 +19,8 @@ def main() -> None:
     raw = read_params_file()
     seed = global_seed(raw)
     pred, vqa_hist = read_vqa(p.head.seeds, p.head.fusions)
-    enc_hist = read_json(MODELS / "histories.json")
-    probe = read_json(FEATURES / "detection_probe.json")
+    enc_hist = {s: read_json(encoder_dir(s) / "histories.json") for s in p.head.seeds}
+    probe = {s: read_json(features_dir(s) / "detection_probe.json") for s in p.head.seeds}
     tau = read_parquet(PANEL / "tau.parquet")
     panel = read_json(PANEL / "panel.json")
     vol_pred = read_parquet(VOLUME_VQA / "predictions.parquet")
@@ -58,7 +58,7 @@ def main() -> None:
         "claim_summary": claim_summary(claims),
         "evidence": evidence_block(ev, seed),
         "summary": report.summary(pred, vqa_hist, tau),
-        "detection_probe": probe,
+        "detection_probe": {f"seed_{s}": v for s, v in probe.items()},
         "panel": panel,
         "volume": {**report.volume_summary(vol_pred, vol_hist), "world": vol_world, "training_runs": p.volume.seeds},
         "report_decoder": {**report.decoder_summary(dec_reports, dec_hist, dec_info), "training_runs": p.decoder.seeds},

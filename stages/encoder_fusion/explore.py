@@ -19,7 +19,7 @@ from paperworks.core.lm import save_tokenizer, train_tokenizer
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import EXPLORE, FEATURES, MODELS, load_model, read_tokens, read_world
+from paperworks.encoder_fusion.artifacts import EXPLORE, encoder_dir, features_dir, load_model, read_tokens, read_world
 from paperworks.encoder_fusion.decoder import roi_f1
 from paperworks.encoder_fusion.explore import (PromptedDecoder, compliance, encode_prompts, generate_prompted, make_data,
                                                prompt_width, prompted_config, target_width, train_prompted)
@@ -43,7 +43,7 @@ def main() -> None:
     seed = global_seed(read_params_file())
     d, e = p.decoder, p.explore
     cases, _, _ = read_world()
-    tokens = read_tokens(FEATURES)
+    tokens = read_tokens(features_dir(p.head.seeds[0]))  # one encoder draw: the first seed's, as the decoder stage
     rows = {s: np.array([i for i, c in enumerate(cases) if c.split == s]) for s in ("train", "dev", "test")}
     test = [cases[i] for i in rows["test"]]
 
@@ -57,7 +57,7 @@ def main() -> None:
                           p.panel.paraphrase_rate) for c in test]
     # --- the segmentation tool on every case (its own modality's specialist, on the cached tokens)
     t0 = time.process_time()
-    tools = {m: SegmentationTool(load_model(MODELS / f"specialist_{m}.safetensors", Specialist(p.specialist)), m) for m in MODALITIES}
+    tools = {m: SegmentationTool(load_model(encoder_dir(p.head.seeds[0]) / f"specialist_{m}.safetensors", Specialist(p.specialist)), m) for m in MODALITIES}
     tool_out = [None] * len(cases)
     for m in MODALITIES:
         idx = np.array([i for i, c in enumerate(cases) if c.modality == m])
@@ -98,7 +98,7 @@ def main() -> None:
         t0 = time.process_time()
         model = PromptedDecoder(e.retention_fusion, dims, qdim, grid, p.head, cfg[w_inst], len(tokenizer), run_seed)
         histories[f"instruct-{s}"] = train_prompted(model, tokens, [(inst_data["train"], 1.0)], inst_data["dev"], e.instruct_steps,
-                                                    d.batch_size, d.lr, e.log_every, run_seed)
+                                                    d.batch_size, d.lr, e.log_every, run_seed, patience=e.instruct_patience)
         dev_comp = compliance(model, tokenizer, tokens, rows["dev"], [cases[i].case_id for i in rows["dev"]], KINDS, PROMPTS, w_inst,
                               d.max_new_tokens)
         pre_compliance[str(s)] = float(np.mean([r["complies"] for r in dev_comp]))

@@ -1,11 +1,12 @@
 """Stage encoder_fusion_reliability (beyond the paper, no retraining): every trained VQA head of
 ``encoder_fusion_vqa`` answers the dev and test questions from the cached tokens (its temperature and its
 abstention threshold fitted on dev) and the test questions again from the tokens of *degraded* test images
-(``reliability.degrade``, seeded), re-encoded by the frozen encoders of ``encoder_fusion_encoders``.
+(``reliability.degrade``, seeded), re-encoded by the frozen encoders its seed's heads were trained on
+(``encoder_fusion_encoders@<seed>``).
 
 Checks before anything is written: every head's clean test predictions must equal the vqa stage's own
-(the weights are the ones its predictions came from), and the frozen encoders re-run on the clean test
-images must give back the cached tokens (the encoders and the features are from the same run)."""
+(the weights are the ones its predictions came from), and each seed's frozen encoders re-run on the clean
+test images must give back that seed's cached tokens (the encoders and the features are from the same run)."""
 from __future__ import annotations
 
 import time
@@ -19,8 +20,8 @@ from paperworks.core.io import ArtifactError, atomic_path, write_json, write_par
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import (FEATURES, MODELS, RELIABILITY, load_model, read_tokens, read_vqa, read_world,
-                                                 vqa_head_path, vqa_seed_dir)
+from paperworks.encoder_fusion.artifacts import (RELIABILITY, encoder_dir, features_dir, load_model, read_tokens, read_vqa,
+                                                 read_world, vqa_head_path, vqa_seed_dir)
 from paperworks.encoder_fusion.models import FusionVQA, Specialist, foundation_encoder, predict, token_grid
 from paperworks.encoder_fusion.params import MODALITIES, Params
 from paperworks.encoder_fusion.pipeline import question_table
@@ -39,34 +40,36 @@ def main() -> None:
     r = p.reliability
     seed = global_seed(read_params_file())
     cases, images, _ = read_world()
-    tokens = read_tokens(FEATURES)
     _, qdf = question_table(cases)
     vqa_pred, _ = read_vqa(p.head.seeds, p.head.fusions)
     t0 = time.process_time()
-    # --- degraded test images through the frozen encoders
     test_rows = np.array([i for i, c in enumerate(cases) if c.split == "test"])
     clean, bad = images[test_rows], degrade(images[test_rows], r.degrade, derive_seed(seed, "encoder_fusion", "degrade"))
-    encoders = {"foundation": load_model(MODELS / "foundation.safetensors", foundation_encoder(p.foundation))}
-    for m in MODALITIES:
-        encoders[m] = load_model(MODELS / f"specialist_{m}.safetensors", Specialist(p.specialist)).encoder
-    degraded = {}
-    for name, enc in encoders.items():
-        view = coarse_view if name == "foundation" else (lambda x: x)
-        try:
-            check_tokens_match(tokens[name][torch.as_tensor(test_rows)], token_grid(enc, view(clean)), name)
-        except ValueError as e:
-            raise ArtifactError(f"{MODELS} vs {FEATURES}: {e}") from None
-        degraded[name] = tokens[name].clone()
-        degraded[name][torch.as_tensor(test_rows)] = token_grid(enc, view(bad))
-    encode_s = time.process_time() - t0
-    # --- every head: dev (fit T and τ), test clean, test degraded
-    qemb = tokens["question_embeddings"]
-    grid = int(round(tokens["foundation"].shape[1] ** 0.5))
-    dims = {k: tokens[k].shape[2] for k in ("foundation", "xray", "path")}
-    enc_clean = {k: tokens[k] for k in ("foundation", "xray", "path")}
     split_q = {s: qdf[qdf["split"] == s] for s in ("dev", "test")}
-    rows, info = [], {}
+    rows, info, encode_s = [], {}, 0.0
     for s in p.head.seeds:
+        # --- the degraded test images through this seed's frozen encoders
+        t1 = time.process_time()
+        tokens = read_tokens(features_dir(s))
+        models = encoder_dir(s)
+        encoders = {"foundation": load_model(models / "foundation.safetensors", foundation_encoder(p.foundation))}
+        for m in MODALITIES:
+            encoders[m] = load_model(models / f"specialist_{m}.safetensors", Specialist(p.specialist)).encoder
+        degraded = {}
+        for name, enc in encoders.items():
+            view = coarse_view if name == "foundation" else (lambda x: x)
+            try:
+                check_tokens_match(tokens[name][torch.as_tensor(test_rows)], token_grid(enc, view(clean)), name)
+            except ValueError as e:
+                raise ArtifactError(f"{models} vs {features_dir(s)}: {e}") from None
+            degraded[name] = tokens[name].clone()
+            degraded[name][torch.as_tensor(test_rows)] = token_grid(enc, view(bad))
+        encode_s += time.process_time() - t1
+        # --- every head of this seed: dev (fit T and τ), test clean, test degraded
+        qemb = tokens["question_embeddings"]
+        grid = int(round(tokens["foundation"].shape[1] ** 0.5))
+        dims = {k: tokens[k].shape[2] for k in ("foundation", "xray", "path")}
+        enc_clean = {k: tokens[k] for k in ("foundation", "xray", "path")}
         for fusion in p.head.fusions:
             run = f"{fusion}-{s}"
             model = load_model(vqa_head_path(fusion, s), FusionVQA(fusion, dims, qemb.shape[1], grid, p.head))

@@ -1,4 +1,4 @@
-"""Stage encoder_fusion_vqa@<seed>: every fusion of one seed trained on the cached tokens (same steps, same data,
+"""Stage encoder_fusion_vqa@<seed>: every fusion of one seed trained on the cached tokens of that seed's encoders (same steps, same data,
 the same seed → the same shared initialisation), test predictions, dev curves and each run's weights at its
 checkpoint in use (``seed_<seed>/heads/<fusion>-<seed>.safetensors``: the reliability stage evaluates them without
 retraining). One stage per seed, so the seeds train in parallel lanes and a new seed trains alone."""
@@ -13,8 +13,8 @@ from paperworks.core.io import atomic_path, write_json, write_parquet, write_run
 from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import (FEATURES, VQA_PREDICTION_SCHEMA, read_tokens, read_world, save_model, vqa_head_path,
-                                                 vqa_seed_dir)
+from paperworks.encoder_fusion.artifacts import (VQA_PREDICTION_SCHEMA, features_dir, read_tokens, read_world, save_model,
+                                                 vqa_head_path, vqa_seed_dir)
 from paperworks.encoder_fusion.params import Params
 from paperworks.encoder_fusion.pipeline import question_table, run_fusion
 
@@ -29,7 +29,7 @@ def main() -> None:
         raise ParamsError(f"--seed {s} is not in encoder_fusion.head.seeds {p.head.seeds}")
     seed = global_seed(read_params_file())
     cases, _, _ = read_world()
-    tokens = read_tokens(FEATURES)
+    tokens = read_tokens(features_dir(s))  # this seed's own frozen encoders
     _, qdf = question_table(cases)
     preds, histories, cost, models = [], {}, {}, {}
     run_seed = derive_seed(seed, "encoder_fusion", "head", s)

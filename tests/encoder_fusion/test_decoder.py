@@ -75,3 +75,20 @@ def test_roi_f1_counts_a_hand_made_example():
     assert s.score == 1 / 5
     assert roi_f1(RoIScore(), "left lower zone") == 1.0  # nothing to find, nothing reported
     assert roi_f1(score_findings([], ref, "left lower zone"), "left lower zone") == 0.0
+
+
+def test_patience_stops_the_decoder_that_many_steps_after_its_lowest_dev_loss(monkeypatch):
+    """A scripted dev-loss curve (lowest at step 20, then rising): with patience 40 and a dev check every 20
+    steps, training stops at step 60 (not 80: ``>=``) and ends at step 20's weights; the same rule as the heads."""
+    import paperworks.encoder_fusion.decoder as decoder
+
+    curve = iter([2.0, 1.0, 1.5, 1.6, 1.7, 1.8, 1.9, 2.0, 2.1, 2.2, 2.3])
+    monkeypatch.setattr(decoder, "dev_loss", lambda *a, **k: next(curve))
+    tok = train_tokenizer(TEXTS)
+    tokens = _tokens(8, 2)
+    rows = np.arange(8)
+    ids, mask = encode_reports(tok, [TEXTS[i % 2] for i in rows])
+    hist = train_decoder(_model("cascade", tok), tokens, (rows, ids, mask), (rows[:2], ids[:2], mask[:2]),
+                         DEC.model_copy(update={"patience": 40}), seed=1)
+    assert [r["step"] for r in hist] == [0, 20, 40, 60]
+    assert [r["step"] for r in hist if r["selected"]] == [20]

@@ -56,3 +56,18 @@ def test_short_training_teaches_two_format_instructions():
     assert not all(r["complies"] for r in before)
     assert all(r["complies"] for r in after), after
     assert hist[-1]["dev_loss"] < hist[0]["dev_loss"] / 4 and sum(r["selected"] for r in hist) == 1
+
+
+def test_instruction_tuning_stops_once_its_patience_is_spent(monkeypatch):
+    """Scripted dev losses, lowest at step 25: patience 50 with a check every 25 steps stops at step 75."""
+    import paperworks.encoder_fusion.explore as explore
+
+    curve = iter([3.0, 1.0, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7])
+    monkeypatch.setattr(explore, "prompted_dev_loss", lambda *a, **k: next(curve))
+    kinds, targets, prompts, tok, pw, tw, cfg = _setup()
+    data = make_data(tok, np.arange(len(targets)) % 2, prompts, targets, pw, tw)
+    model = PromptedDecoder("foundation", DIMS, 12, 2, HEAD, cfg, len(tok), seed=2)
+    hist = train_prompted(model, _tokens(2, seed=4), [(data, 1.0)], data, steps=150, batch_size=6, lr=1e-2, log_every=25,
+                          seed=0, patience=50)
+    assert [r["step"] for r in hist] == [0, 25, 50, 75]
+    assert [r["step"] for r in hist if r["selected"]] == [25]

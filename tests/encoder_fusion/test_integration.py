@@ -93,7 +93,7 @@ def test_reliability_stage_detects_mismatched_artifacts(smoke_repo):
     tokens, stop the reliability stage with a message naming the file (run in place, outside DVC)."""
     dvc(smoke_repo, "repro", "encoder_fusion_reliability")
     heads = smoke_repo / "data/encoder_fusion/vqa/seed_1/heads"
-    models = smoke_repo / "models/encoder_fusion"
+    models = smoke_repo / "models/encoder_fusion/seed_1"  # seed 1's heads run on seed 1's encoders
     cmd = [sys.executable, "-m", "stages.encoder_fusion.reliability"]
     backup = smoke_repo.parent / "backup.safetensors"
     try:

@@ -1,5 +1,6 @@
 """The fusion equations on hand-checkable cases: closed gates = the foundation, the window is local,
 parallel = the mean of the projections."""
+import pytest
 import torch
 
 from paperworks.encoder_fusion.models import LocalCrossAttention, build_fusion, window_mask
@@ -75,6 +76,32 @@ def test_training_ends_at_the_best_dev_checkpoint():
     assert hist[0]["dev_accuracy"] == 1.0 and hist[-1]["dev_accuracy"] < 1.0  # the premise
     assert [r["step"] for r in hist if r["selected"]] == [0]
     assert (predict(model, tok, qemb, rows, qids).argmax(1).numpy() == first).all()
+
+
+def test_patience_stops_training_that_many_steps_after_the_best_dev_accuracy():
+    """The setting above (best at step 0, never bettered): with patience 10 and a dev check every 5 steps,
+    training stops at step 10 exactly (not 15: ``>=``), and still ends at step 0's weights; without patience it
+    runs every step."""
+    import numpy as np
+
+    from paperworks.encoder_fusion.models import predict, train_fusion
+
+    tok = _tokens(n=6)
+    qemb = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
+    rows, qids = np.repeat(np.arange(6), 4), np.tile(np.arange(4), 6)
+    hp = HP.model_copy(update={"steps": 30, "log_every": 5, "batch_size": 8, "lr": 0.01})
+    first = predict(build_fusion("cascade", DIMS, 5, 3, hp, seed=2), tok, qemb, rows, qids).argmax(1).numpy()
+    dev = {"row": rows, "qid": qids, "answer": first}
+    train = {"row": rows, "qid": qids, "answer": (first + 1) % 9}
+    full = train_fusion(build_fusion("cascade", DIMS, 5, 3, hp, seed=2), tok, qemb, train, dev, hp, seed=2)
+    assert [r["step"] for r in full] == list(range(0, 31, 5))
+    model = build_fusion("cascade", DIMS, 5, 3, hp, seed=2)
+    hist = train_fusion(model, tok, qemb, train, dev, hp.model_copy(update={"patience": 10}), seed=2)
+    assert [r["step"] for r in hist] == [0, 5, 10]
+    assert [r["step"] for r in hist if r["selected"]] == [0]
+    assert (predict(model, tok, qemb, rows, qids).argmax(1).numpy() == first).all()
+    with pytest.raises(ValueError, match="patience"):
+        HeadParams(steps=10, patience=0)
 
 
 def test_parallel_query_attends_only_inside_each_encoders_window_and_uses_every_encoder():
