@@ -57,12 +57,12 @@ def test_parallel_is_the_mean_of_the_projections():
     assert torch.allclose(m.fuse(tok), expected)
 
 
-def test_training_ends_at_the_best_dev_checkpoint():
-    """Dev answers = the untrained model's own predictions (dev accuracy 1 at step 0), training answers
-    shifted away from them: training lowers dev accuracy, so the returned weights must be step 0's."""
+def _training_away_from_dev():
+    """Dev answers = the untrained model's own predictions (dev accuracy 1 at step 0), training answers shifted away
+    from them: training can only lower dev accuracy."""
     import numpy as np
 
-    from paperworks.encoder_fusion.models import predict, train_fusion
+    from paperworks.encoder_fusion.models import predict
 
     tok = _tokens(n=6)
     qemb = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
@@ -71,6 +71,14 @@ def test_training_ends_at_the_best_dev_checkpoint():
     first = predict(build_fusion("cascade", DIMS, 5, 3, hp, seed=2), tok, qemb, rows, qids).argmax(1).numpy()
     dev = {"row": rows, "qid": qids, "answer": first}
     train = {"row": rows, "qid": qids, "answer": (first + 1) % 9}
+    return tok, qemb, rows, qids, hp, first, dev, train
+
+
+def test_training_ends_at_the_best_dev_checkpoint():
+    """Training away from the dev answers lowers dev accuracy, so the returned weights must be step 0's."""
+    from paperworks.encoder_fusion.models import predict, train_fusion
+
+    tok, qemb, rows, qids, hp, first, dev, train = _training_away_from_dev()
     model = build_fusion("cascade", DIMS, 5, 3, hp, seed=2)
     hist = train_fusion(model, tok, qemb, train, dev, hp, seed=2)
     assert hist[0]["dev_accuracy"] == 1.0 and hist[-1]["dev_accuracy"] < 1.0  # the premise
@@ -82,17 +90,9 @@ def test_patience_stops_training_that_many_steps_after_the_best_dev_accuracy():
     """The setting above (best at step 0, never bettered): with patience 10 and a dev check every 5 steps,
     training stops at step 10 exactly (not 15: ``>=``), and still ends at step 0's weights; without patience it
     runs every step."""
-    import numpy as np
-
     from paperworks.encoder_fusion.models import predict, train_fusion
 
-    tok = _tokens(n=6)
-    qemb = torch.randn(4, 5, generator=torch.Generator().manual_seed(1))
-    rows, qids = np.repeat(np.arange(6), 4), np.tile(np.arange(4), 6)
-    hp = HP.model_copy(update={"steps": 30, "log_every": 5, "batch_size": 8, "lr": 0.01})
-    first = predict(build_fusion("cascade", DIMS, 5, 3, hp, seed=2), tok, qemb, rows, qids).argmax(1).numpy()
-    dev = {"row": rows, "qid": qids, "answer": first}
-    train = {"row": rows, "qid": qids, "answer": (first + 1) % 9}
+    tok, qemb, rows, qids, hp, first, dev, train = _training_away_from_dev()
     full = train_fusion(build_fusion("cascade", DIMS, 5, 3, hp, seed=2), tok, qemb, train, dev, hp, seed=2)
     assert [r["step"] for r in full] == list(range(0, 31, 5))
     model = build_fusion("cascade", DIMS, 5, 3, hp, seed=2)
