@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from paperworks.core.params import StrictModel
+from paperworks.core.params import ParamsError, StrictModel
 
 Modality = Literal["xray", "path"]
 MODALITIES: tuple[str, ...] = ("xray", "path")
@@ -238,3 +238,16 @@ class Params(StrictModel):
         if missing:
             raise ValueError(f"reliability.abstention_fusions {missing}: not trained (head.fusions is {self.head.fusions})")
         return self
+
+
+def stage_seed(p: Params, argv: list[str] | None = None) -> int:
+    """The ``--seed`` of a per-seed stage (``encoder_fusion_encoders@<s>``, ``encoder_fusion_vqa@<s>``); a seed that
+    ``head.seeds`` does not list is a ``ParamsError`` before any work starts."""
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, required=True)
+    s = ap.parse_args(argv).seed
+    if s not in p.head.seeds:
+        raise ParamsError(f"--seed {s} is not in encoder_fusion.head.seeds {p.head.seeds}")
+    return s

@@ -9,32 +9,27 @@ claims' intervals over seeds cover a redraw of the frozen encoders too), and one
 seed: each part takes seconds, and a process start (torch + MiniLM) costs about as much."""
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
 import torch
 
 from paperworks.core.io import atomic_path, save_safetensors, write_json, write_run_log
-from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
+from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
 from paperworks.core.vision.text import encode_texts
 from paperworks.encoder_fusion.artifacts import encoder_dir, features_dir, read_world, save_model
 from paperworks.encoder_fusion.models import build_foundation, token_grid, train_foundation, train_specialist
-from paperworks.encoder_fusion.params import MODALITIES, Params
+from paperworks.encoder_fusion.params import MODALITIES, Params, stage_seed
 from paperworks.encoder_fusion.pipeline import detection_probe, question_table
 from paperworks.encoder_fusion.world import caption, coarse_view
 
 
 @stage_main
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, required=True)
-    s = ap.parse_args().seed
     p = load_section("encoder_fusion", Params)
-    if s not in p.head.seeds:
-        raise ParamsError(f"--seed {s} is not in encoder_fusion.head.seeds {p.head.seeds}")
+    s = stage_seed(p)
     seed = global_seed(read_params_file())
     cases, images, dense = read_world()
     log = {}

@@ -4,29 +4,24 @@ checkpoint in use (``seed_<seed>/heads/<fusion>-<seed>.safetensors``: the reliab
 retraining). One stage per seed, so the seeds train in parallel lanes and a new seed trains alone."""
 from __future__ import annotations
 
-import argparse
 import time
 
 import pandas as pd
 
 from paperworks.core.io import atomic_path, write_json, write_parquet, write_run_log
-from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
+from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
 from paperworks.encoder_fusion.artifacts import (VQA_PREDICTION_SCHEMA, features_dir, read_tokens, read_world, save_model,
                                                  vqa_head_path, vqa_seed_dir)
-from paperworks.encoder_fusion.params import Params
+from paperworks.encoder_fusion.params import Params, stage_seed
 from paperworks.encoder_fusion.pipeline import question_table, run_fusion
 
 
 @stage_main
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--seed", type=int, required=True)
-    s = ap.parse_args().seed
     p = load_section("encoder_fusion", Params)
-    if s not in p.head.seeds:
-        raise ParamsError(f"--seed {s} is not in encoder_fusion.head.seeds {p.head.seeds}")
+    s = stage_seed(p)
     seed = global_seed(read_params_file())
     cases, _, _ = read_world()
     tokens = read_tokens(features_dir(s))  # this seed's own frozen encoders

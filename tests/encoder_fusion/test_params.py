@@ -96,3 +96,12 @@ def test_head_seeds_are_a_list_of_distinct_seeds():
     s = _default()
     s["head"]["seeds"] = 5  # the old count form: one stage per seed needs the seeds named
     assert "encoder_fusion.head.seeds" in _error(s)
+
+
+def test_a_per_seed_stage_refuses_a_seed_the_params_do_not_list():
+    from paperworks.encoder_fusion.params import stage_seed
+
+    p = validate_section("encoder_fusion", Params, _default())
+    assert stage_seed(p, ["--seed", str(p.head.seeds[-1])]) == p.head.seeds[-1]
+    with pytest.raises(ParamsError, match=r"--seed 99 is not in encoder_fusion.head.seeds \[0, 1, 2, 3, 4\]"):
+        stage_seed(p, ["--seed", "99"])
