@@ -5,8 +5,10 @@ Sources s ∈ {stage-1 fusion, cross, cloze, verify} each score the pool of a qu
    queries (those whose target reached the pool) by minimising the target's NLL.
 2. Reliability: r_s = the source's top-1 accuracy on those validation queries;
    weights w_s = r_s / Σ r.
-3. Gate: the fused stage-1 prediction is *confident* when its margin p_0[1] − p_0[2]
-   (or its negative entropy) is at least τ; τ is the value, among the validation
+3. Gate: the fused stage-1 prediction is *confident* when its certainty is at least τ: the
+   margin p_0[1] − p_0[2], the negative entropy, or (``agreement``, not in the paper) the number
+   of the six single views (each over all backbones) whose own top-1 is the fused top-1, ties
+   broken by the margin; τ is the value, among the validation
    confidences, that maximises validation mAP@10. Confident → keep the stage-1 order;
    otherwise rank by Σ_s w_s p_s (the experts reweighted by calibrated reliability).
 """
@@ -37,14 +39,30 @@ def fit_temperature(scores: np.ndarray, target_pos: np.ndarray) -> float:
     return float(T_GRID[int(np.argmin(nll))])
 
 
-def confidence(p: np.ndarray, kind: str) -> np.ndarray:
-    """Per-row certainty of a distribution over the pool: top-2 margin or negative entropy."""
-    if kind == "margin":
-        top2 = -np.sort(-p, axis=1)[:, :2]
-        return top2[:, 0] - top2[:, 1]
+CONFIDENCE_KINDS = ("margin", "entropy", "agreement")
+
+
+def view_agreement(fused_top1: np.ndarray, view_top1: np.ndarray) -> np.ndarray:
+    """[Q] how many single views name the fused top-1 as their own top-1 (``view_top1`` [Q, V]; a view
+    the query lacks holds −1 and never agrees)."""
+    return (view_top1 == fused_top1[:, None]).sum(1)
+
+
+def confidence(p: np.ndarray, kind: str, agreement: np.ndarray | None = None) -> np.ndarray:
+    """Per-row certainty of a distribution over the pool: top-2 margin, negative entropy, or the view
+    agreement count (:func:`view_agreement`) plus half the margin (in [0, 0.5]: it orders queries within
+    a count, never across counts)."""
+    if kind not in CONFIDENCE_KINDS:
+        raise ValueError(f"confidence kind {kind!r} not in {CONFIDENCE_KINDS}")
     if kind == "entropy":
         return (p * np.log(p + 1e-12)).sum(1)
-    raise ValueError(f"confidence kind {kind!r} not in ('margin', 'entropy')")
+    top2 = -np.sort(-p, axis=1)[:, :2]
+    margin = top2[:, 0] - top2[:, 1]
+    if kind == "margin":
+        return margin
+    if agreement is None or len(agreement) != len(p):
+        raise ValueError("confidence 'agreement' needs the view agreement of every query (view_agreement)")
+    return agreement + 0.5 * margin
 
 
 def mean_ap_of_order(order: np.ndarray, target_pos: np.ndarray, k: int = 10) -> np.ndarray:
@@ -60,19 +78,26 @@ class Consensus:
     threshold: float
     kind: str
 
-    def combine(self, scores: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(new pool order [Q, P], gate kept stage-1 [Q] bool, consensus distribution [Q, P])."""
+    def combine(self, scores: dict[str, np.ndarray], agreement: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(new pool order [Q, P], gate kept stage-1 [Q] bool, consensus distribution [Q, P]).
+        ``agreement``: the per-query view agreement, which the ``agreement`` confidence reads."""
         probs = {s: softmax(scores[s] / self.temperatures[s]) for s in self.weights}
         mixed = sum(self.weights[s] * probs[s] for s in self.weights)
-        keep = confidence(probs["fusion"], self.kind) >= self.threshold
+        keep = self.confidence(probs["fusion"], agreement) >= self.threshold
         expert_order = np.argsort(-mixed, axis=1, kind="stable")
         stage1_order = np.argsort(-scores["fusion"], axis=1, kind="stable")
         order = np.where(keep[:, None], stage1_order, expert_order)
         return order, keep, mixed
 
+    def confidence(self, p_fusion: np.ndarray, agreement: np.ndarray | None = None) -> np.ndarray:
+        """The gate's certainty of the calibrated stage-1 distribution (what ``threshold`` is compared with)."""
+        return confidence(p_fusion, self.kind, agreement)
 
-def fit_consensus(val_scores: dict[str, np.ndarray], target_pos: np.ndarray, kind: str = "margin") -> Consensus:
-    """Fit temperatures, reliabilities and the gate threshold on validation queries."""
+
+def fit_consensus(val_scores: dict[str, np.ndarray], target_pos: np.ndarray, kind: str = "margin",
+                  agreement: np.ndarray | None = None) -> Consensus:
+    """Fit temperatures, reliabilities and the gate threshold on validation queries (``agreement``: their
+    view agreement, for the ``agreement`` confidence)."""
     has = target_pos >= 0
     temps = {s: fit_temperature(v, target_pos) for s, v in val_scores.items()}
     rel = {}
@@ -82,11 +107,11 @@ def fit_consensus(val_scores: dict[str, np.ndarray], target_pos: np.ndarray, kin
     total = sum(rel.values())
     weights = {s: r / total for s, r in rel.items()}
     p0 = softmax(val_scores["fusion"] / temps["fusion"])
-    conf = confidence(p0, kind)
+    conf = confidence(p0, kind, agreement)
     best_t, best_map = np.inf, -1.0
     for tau in np.concatenate([[np.inf], np.sort(conf)[::-1], [-np.inf]]):  # +inf: always rerank
         c = Consensus(temps, weights, float(tau), kind)
-        order, _, _ = c.combine(val_scores)
+        order, _, _ = c.combine(val_scores, agreement)
         m = float(mean_ap_of_order(order, target_pos).mean())
         if m > best_map + 1e-12:
             best_t, best_map = float(tau), m

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from PIL import Image
+from sklearn.metrics import roc_auc_score
 
 from paperworks.core.claims import ClaimSpec, EvidenceParams, combine, convergence, precondition, unit_table
 from paperworks.core.ranking import average_precision_at_k, recall_at_k
@@ -82,6 +83,17 @@ def sum_flips(per_run: list[dict[str, dict]]) -> dict[str, dict]:
 def best_on_validation(candidates: list[str], val_map: dict[str, float]) -> str:
     """The candidate with the highest validation mAP@10 (ties: the first in ``candidates``)."""
     return max(candidates, key=lambda m: (val_map[m], -candidates.index(m)))
+
+
+def confidence_separation(stage1_correct: np.ndarray, confidences: dict[str, np.ndarray], agreement: np.ndarray) -> dict:
+    """How well each candidate gate confidence tells stage 1's right top-1 answers from its wrong ones: the ROC AUC
+    (0.5 = no separation; None when every answer is right or every one wrong), and per view-agreement count the
+    queries and how many of them stage 1 answers right at top-1."""
+    both = 0 < int(stage1_correct.sum()) < len(stage1_correct)
+    return {"auc": {k: float(roc_auc_score(stage1_correct, c)) if both else None for k, c in confidences.items()},
+            "by_agreement": {str(int(a)): {"queries": int((agreement == a).sum()),
+                                           "stage1_top1_correct": int(stage1_correct[agreement == a].sum())}
+                             for a in np.unique(agreement)}}
 
 
 def rerank_flips(stage1_correct: np.ndarray, new_top1_correct: dict[str, np.ndarray], in_pool: np.ndarray,

@@ -125,7 +125,8 @@ class ExpertParams(StrictModel):
 
 
 class ConsensusParams(StrictModel):
-    confidence: Literal["margin", "entropy"] = "margin"  # how the gate measures the fused prediction's certainty
+    # how the gate measures the fused prediction's certainty (paperworks/person_search/consensus.py)
+    confidence: Literal["margin", "entropy", "agreement"] = "margin"
 
 
 class EvalParams(StrictModel):

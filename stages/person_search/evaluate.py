@@ -16,7 +16,7 @@ from paperworks.person_search.artifacts import (
     CORPUS, DATA, FUSION, METRICS, PLOTS, RERANK, TEXT, live_curve_path, read_images, read_items, read_queries, run_dir,
 )
 from paperworks.person_search.data import blind_twins, coarse_targets
-from paperworks.person_search.consensus import confidence, fit_consensus, softmax
+from paperworks.person_search.consensus import CONFIDENCE_KINDS, confidence, fit_consensus, softmax, view_agreement
 from paperworks.person_search.evaluate import per_query_metrics, sheet_for_queries, summarise
 from paperworks.person_search.experts import EXPERTS
 from paperworks.person_search.params import Params
@@ -43,9 +43,11 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, 
     # ---- stage 2: consensus fitted on validation queries only
     scores = {"fusion": ranks["fusion/scores"][:, : pool.shape[1]].astype(np.float64)} | {e: experts[e].astype(np.float64) for e in EXPERTS}
     target_pos = np.array([int(np.flatnonzero(row == t)[0]) if (row == t).any() else -1 for row, t in zip(pool, targets)])
-    cons = fit_consensus({k: v[is_val] for k, v in scores.items()}, target_pos[is_val], p.consensus.confidence)
-    order, kept, _ = cons.combine(scores)
-    always, _, _ = replace(cons, threshold=np.inf).combine(scores)  # the same experts and weights, no gate
+    # how many of the six single views (each over all backbones) put the fused top-1 first (the agreement confidence)
+    agreement = view_agreement(pool[:, 0], np.stack([ranks[f"view_{v}/ids"][:, 0] for v in VIEWS], axis=1))
+    cons = fit_consensus({k: v[is_val] for k, v in scores.items()}, target_pos[is_val], p.consensus.confidence, agreement[is_val])
+    order, kept, _ = cons.combine(scores, agreement)
+    always, _, _ = replace(cons, threshold=np.inf).combine(scores, agreement)  # the same experts and weights, no gate
 
     methods: dict[str, np.ndarray] = {}
     for key in ranks:
@@ -59,7 +61,13 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, 
     # how often reranking turns a correct stage-1 top-1 into a wrong one, per source (the gate's reason to exist)
     top1 = {e: expert_orders[e][:, 0] == target_pos for e in EXPERTS}
     top1 |= {"always_rerank": always[:, 0] == target_pos, "gated": order[:, 0] == target_pos}
-    conf = confidence(softmax(scores["fusion"] / cons.temperatures["fusion"]), cons.kind)  # the gate's stage-1 confidence
+    p_fusion = softmax(scores["fusion"] / cons.temperatures["fusion"])
+    conf = cons.confidence(p_fusion, agreement)  # the gate's stage-1 confidence
+    # does each candidate confidence tell stage 1's right top-1 from its wrong ones? (the gate's precondition, descriptive)
+    separation = {split: ps_eval.confidence_separation(target_pos[mask] == 0, {k: confidence(p_fusion[mask], k, agreement[mask])
+                                                                                 for k in CONFIDENCE_KINDS},
+                                                    agreement[mask])
+                  for split, mask in (("val", is_val), ("test", ~is_val))}
     top_quartile = conf >= np.quantile(conf[is_val], 0.75)
     blind_twin = twins >= 0
     flips = {split: ps_eval.rerank_flips(target_pos[mask] == 0, {k: v[mask] for k, v in top1.items()},
@@ -67,7 +75,7 @@ def evaluate_run(seed: int, p: Params, targets: np.ndarray, is_val: np.ndarray, 
              for split, mask in (("val", is_val), ("test", ~is_val))}
     twin_pairs = {split: ps_eval.twin_order({k: v[mask] for k, v in scores.items()}, pool[mask], targets[mask], twins[mask])
                   for split, mask in (("val", is_val), ("test", ~is_val))}
-    return {"twin_pairs": twin_pairs, "methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
+    return {"separation": separation, "twin_pairs": twin_pairs, "methods": methods, "per_q": {m: per_query_metrics(ids, targets) for m, ids in methods.items()},
             "cons": cons, "kept": kept, "target_pos": target_pos, "flips": flips, "pool_size": pool.shape[1]}
 
 
@@ -155,6 +163,9 @@ def main() -> None:
                                "weights": runs[s]["cons"].weights, "temperatures": runs[s]["cons"].temperatures,
                                "val_kept_stage1_fraction": kept_val[s],
                                "test_kept_stage1_fraction": float(runs[s]["kept"][is_test].mean())} for s in seeds},
+        # per run and split: AUC of each candidate gate confidence for "stage 1's top-1 is the target" (0.5: no
+        # separation) and how many queries each view-agreement count holds, with stage 1's top-1 accuracy there
+        "gate_confidence_separation": {str(s): runs[s]["separation"] for s in seeds},
         # summed over the training runs; per run in rerank_flips_by_seed
         "rerank_flips": {split: ps_eval.sum_flips([runs[s]["flips"][split] for s in seeds]) for split in ("val", "test")},
         "rerank_flips_by_seed": {str(s): runs[s]["flips"] for s in seeds},

@@ -48,6 +48,12 @@ def test_smoke_pipeline(smoke_repo):
         assert all(0 <= o["target_above_twin"] <= o["pairs_in_pool"] for o in order.values())
     seeds = metrics["seeds"]
     assert len(seeds) >= 2 and set(metrics["consensus"]) == {str(s) for s in seeds}
+    for s in seeds:  # every candidate gate confidence's separation, and a view-agreement table covering every query
+        sep = metrics["gate_confidence_separation"][str(s)]
+        assert set(sep["val"]["auc"]) == {"margin", "entropy", "agreement"}
+        assert all(a is None or 0 <= a <= 1 for split in ("val", "test") for a in sep[split]["auc"].values())
+        assert sum(r["queries"] for r in sep["val"]["by_agreement"].values()) == metrics["n_val_queries"]
+        assert all(0 <= int(k) <= len(VIEWS) for k in sep["test"]["by_agreement"])
     for c in claims.values():  # training runs (seeds) are the clusters, test queries sit inside them
         assert c["units"]["cluster"] == "seed" and c["units"]["n_clusters"] == len(seeds)
     results = pd.read_csv(smoke_repo / "plots/person_search/results.csv")
