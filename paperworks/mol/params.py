@@ -140,7 +140,8 @@ class ClaimsParams(StrictModel):
 class CycleParams(StrictModel):
     """One cycle of the versioned loop: the traffic it audits, and whether its candidate is the deliberately faulty one."""
 
-    shift: int = Field(ge=0, le=2, description="traffic shift: 1 adds the verb 'export' (new tools export_*), 2 adds 'plot' (new UI component chart)")
+    shift: int = Field(ge=0, le=3, description="traffic shift: 1 adds the verb 'export' (new tools export_*), 2 adds 'plot' "
+                       "(new UI component chart), 3 adds 'count' (coding pipelines ending in |count)")
     faulty: bool = Field(False, description=(
         "the candidate's update data is mislabelled (targets in another capability's format, the verifier filter "
         "bypassed): the contract must reject it and leave the accepted version serving"))

@@ -32,12 +32,13 @@ STATUSES = ("open", "closed", "draft")
 VERBS = ("show", "list", "get")  # the v0 verbs (training, dev and test data of the specialists)
 # Verbs that appear in later traffic (the versioned loop): shift k adds NEW_VERBS[:k]. "export" brings a new
 # tool family (``export_<object>``; its UI is an existing table), "plot" a new UI component (``chart``; its
-# tool is the existing ``find_<object>``): each shift breaks one capability's format, not the world.
-NEW_VERBS = ("export", "plot")
+# tool is the existing ``find_<object>``), "count" a new coding form (the pipeline ends in ``|count``; its tool
+# and UI are the existing ``find_<object>`` and card): each shift breaks one capability's format, not the world.
+NEW_VERBS = ("export", "plot", "count")
 ALL_VERBS = VERBS + NEW_VERBS
-TOOL_FAMILY = {"show": "find", "list": "find", "get": "find", "export": "export", "plot": "find"}
+TOOL_FAMILY = {"show": "find", "list": "find", "get": "find", "export": "export", "plot": "find", "count": "find"}
 NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
-UI_TYPE = {"show": "table", "list": "list", "get": "card", "export": "table", "plot": "chart"}  # genui: the verb picks the component
+UI_TYPE = {"show": "table", "list": "list", "get": "card", "export": "table", "plot": "chart", "count": "card"}  # genui: the verb picks the component
 # Cue phrases: what tells the capability. Several paraphrases each; the keyword rules know only the
 # first two of each capability (the others are what a learned router has to pick up).
 CUES: dict[str, tuple[str, ...]] = {
@@ -119,7 +120,8 @@ def target(req: Request, capability: str) -> str:
     if capability == "agent":
         return " " + json.dumps({"tool": f"{TOOL_FAMILY[req.verb]}_{req.obj}", "args": {"owner": req.owner, "status": req.status, "limit": req.limit}})
     if capability == "coding":
-        return f" {req.obj}|where(owner={req.owner})|where(status={req.status})|take({req.limit})"
+        count = "|count" if req.verb == "count" else ""  # 'count' asks how many rows the request's list has
+        return f" {req.obj}|where(owner={req.owner})|where(status={req.status})|take({req.limit}){count}"
     if capability == "genui":
         return " " + json.dumps({"type": UI_TYPE[req.verb], "props": {"source": req.obj, "owner": req.owner, "status": req.status,
                                                                      "rows": req.limit}, "children": []})

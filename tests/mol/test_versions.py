@@ -162,3 +162,19 @@ def test_new_verbs_extend_registry_and_components():
     assert {"export_report", "find_files"} <= set(W.registry(0)) and len(W.registry(1)) == len(W.registry(0)) + 4
     assert "chart" not in W.components(1) and "chart" in W.components(2)
     assert W.prompt_text(req, W.WEAK_CUES["agent"]).endswith("limit 2, as json call\nassistant:")
+
+
+def test_count_verb_breaks_only_the_coding_format():
+    count = W.Request(verb="count", obj="files", owner="bob", status="draft", limit=3)
+    show = W.Request(verb="show", obj="files", owner="bob", status="draft", limit=3)
+    tables = [W.hidden_tables(np.random.default_rng(s)) for s in range(3)]
+    assert W.target(count, "coding").endswith("|take(3)|count")
+    assert W.verify_coding(count, W.target(count, "coding"), tables)
+    assert isinstance(W.run_dsl(W.target(count, "coding"), tables[0]), int)
+    # the shift-0 program (a list, not a number) fails the count request: coding is what shift 3 breaks
+    assert not W.verify_coding(count, W.target(show, "coding"), tables)
+    for cap in ("chat", "agent", "genui"):  # the other three formats answer a count request as before
+        expected = W.target(show, cap).replace('"table"', '"card"') if cap == "genui" else W.target(show, cap)
+        assert W.target(count, cap) == expected
+        assert W.verify(cap, count, W.target(count, cap), tables)
+    assert W.registry(3) == W.registry(2) and W.components(3) == W.components(2)
