@@ -132,9 +132,11 @@ def test_fit_consensus_with_agreement_keeps_stage1_where_the_views_agree():
     always = mean_ap_of_order(always_order, target).mean()
     never = mean_ap_of_order(np.tile(np.arange(p), (n, 1)), target).mean()
     assert gated > always and gated > never
+    # the margin is the same for every query here: a margin gate fitted on the same data cannot split them,
+    # so it does no better than always or never reranking, and worse than the agreement gate
     margin_gate = fit_consensus({"fusion": fusion, "cross": expert}, target, "margin")
-    _, margin_keep, _ = margin_gate.combine({"fusion": fusion, "cross": expert})
-    assert margin_keep.all() or not margin_keep.any()  # the margin is the same for every query: it cannot split them
+    margin_order, _, _ = margin_gate.combine({"fusion": fusion, "cross": expert})
+    assert mean_ap_of_order(margin_order, target).mean() <= max(always, never) + 1e-12 < gated
 
 
 def test_confidence_separation_auc_and_agreement_table():
