@@ -82,6 +82,11 @@ class EncoderParams(StrictModel):
     full_view_prob: float = Field(0.5, ge=0, le=1)  # share of texts that are the full caption
     structured_view_prob: float = Field(0.2, ge=0, le=1)  # the rest are facet views
     augment: bool = False  # generic photometric jitter of sim images (never the real-domain transform)
+    # one_cycle anneals only at the cap; step_on_plateau decays the rate each time the held-out loss stalls
+    schedule: Literal["one_cycle", "step_on_plateau"] = "one_cycle"
+    warmup_epochs: float = Field(1.0, ge=0, le=20)  # step_on_plateau: linear warm-up
+    lr_decay: float = Field(0.3, gt=0, lt=1)  # step_on_plateau: the rate's factor at each stall
+    lr_decays: int = Field(2, ge=0, le=10)  # step_on_plateau: stalls answered with a decay before one may stop
 
     @model_validator(mode="after")
     def _probs(self):

@@ -149,6 +149,7 @@ class EarlyStopping:
     best: float = math.inf
     best_eval: int = -1
     evals: int = 0
+    wait_from: int = -1  # patience also counts from here (the last learning-rate decay), not only from the best
     history: list = field(default_factory=list, repr=False)
     best_state: dict = field(default_factory=dict, repr=False)
 
@@ -174,7 +175,15 @@ class EarlyStopping:
             self.best_state = copy.deepcopy(model.state_dict())
         self.evals += 1
         self.history.append(float(loss))
-        return self.evals - 1 - self.best_eval >= self.patience and self.plateaued()
+        return self.stalled() and self.plateaued()
+
+    def stalled(self) -> bool:
+        """``patience`` evaluations without a ``min_rel_delta`` improvement (counted from the last restart too)."""
+        return self.evals - 1 - max(self.best_eval, self.wait_from) >= self.patience
+
+    def restart_patience(self) -> None:
+        """Give the model ``patience`` fresh evaluations (after a learning-rate decay)."""
+        self.wait_from = self.evals - 1
 
     def restore(self, model: nn.Module) -> None:
         if self.best_state:
@@ -214,6 +223,17 @@ class EncoderConfig:
     plateau_tail: float = 0.0  # > 0: also require the windowed plateau check before stopping (EarlyStopping)
     plateau_rel_tol: float = 0.05
     min_evals: int = 0
+    # one_cycle: OneCycleLR over the whole cap (the learning rate anneals only at the cap, so a run stopped early
+    # never anneals). step_on_plateau: linear warm-up over ``warmup_epochs``, then constant; each time the held-out
+    # loss stalls (patience) the rate is multiplied by ``lr_decay``, ``lr_decays`` times, and only a stall after the
+    # last decay (with the plateau check) stops training
+    schedule: str = "one_cycle"
+    warmup_epochs: float = 1.0
+    lr_decay: float = 0.3
+    lr_decays: int = 2
+
+
+SCHEDULES = ("one_cycle", "step_on_plateau")
 
 
 def photometric_jitter(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -287,7 +307,15 @@ def train_dual_encoder(
     fam_ids = np.unique(families[~held])
     members = {f: np.flatnonzero(families == f) for f in np.unique(families)}
     steps_per_epoch = max(1, len(fam_ids) // cfg.families_per_batch)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch, pct_start=0.15)
+    if cfg.schedule not in SCHEDULES:
+        raise ValueError(f"encoder schedule '{cfg.schedule}' is not one of {SCHEDULES}")
+    decays_done = [0]  # mutable for the lambda: the multiplier follows the learning-rate decays taken so far
+    if cfg.schedule == "one_cycle":
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch, pct_start=0.15)
+    else:
+        warmup_steps = max(1, int(round(cfg.warmup_epochs * steps_per_epoch)))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: min(1.0, (step + 1) / warmup_steps) * cfg.lr_decay ** decays_done[0])
     x_all = images_to_tensor(images)
     emb_all = torch.from_numpy(text_emb)
     gen = torch.Generator().manual_seed(seed)
@@ -327,9 +355,17 @@ def train_dual_encoder(
                     live.log_metric("train/text_to_image_acc", float(np.mean(accs)))
                     live.log_metric("val/loss", val_loss)
                     live.log_metric("val/text_to_image_acc", float(np.mean([v[1] for v in val])))
+                    live.log_metric("train/lr", float(opt.param_groups[0]["lr"]))
                     live.next_step()
                 losses, accs = [], []
-                if stopper.update(val_loss, model):
+                stop_now = stopper.update(val_loss, model)
+                if cfg.schedule == "step_on_plateau" and stopper.stalled() and decays_done[0] < cfg.lr_decays:
+                    decays_done[0] += 1
+                    stopper.restart_patience()
+                    stop_now = False
+                    log.info(f"{cfg.backbone}: held-out loss stalled at evaluation {stopper.evals}; "
+                             f"learning rate × {cfg.lr_decay} (decay {decays_done[0]}/{cfg.lr_decays})")
+                if stop_now:
                     stop = True
                     break
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)

@@ -22,7 +22,8 @@ def encoder_config(p: Params, backbone: str) -> EncoderConfig:
     st = e.stopping
     return EncoderConfig(backbone, e.embed_dim, e.epochs, e.families_per_batch, e.lr, e.weight_decay, e.temperature,
                          e.full_view_prob, e.structured_view_prob, e.augment, st.patience, st.min_rel_delta,
-                         st.evals_per_epoch, st.holdout_fraction, st.plateau_tail, st.plateau_rel_tol, st.min_evals)
+                         st.evals_per_epoch, st.holdout_fraction, st.plateau_tail, st.plateau_rel_tol, st.min_evals,
+                         e.schedule, e.warmup_epochs, e.lr_decay, e.lr_decays)
 
 
 @stage_main

@@ -1,4 +1,6 @@
 """Training to a plateau (early stopping on held-out sim families) and the per-seed evidence plumbing."""
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -83,6 +85,34 @@ def test_encoder_stops_when_the_held_out_loss_is_flat_and_logs_it(corpus, tmp_pa
     val = live_curve(tmp_path / "live/plots/metrics/val/loss.tsv")
     assert len(val) == 4  # the first evaluation is the best; three more without improvement, then stop
     assert len(live_curve(tmp_path / "live/plots/metrics/train/loss.tsv")) == 4
+
+
+def test_patience_restarts_after_a_decay():
+    model = torch.nn.Linear(2, 1)
+    stop = EarlyStopping(patience=2, min_rel_delta=0.1)
+    assert [stop.update(v, model) for v in (1.0, 1.0, 1.0)] == [False, False, True] and stop.stalled()
+    stop.restart_patience()
+    assert not stop.stalled()
+    # two more evaluations without improvement are needed again, counted from the restart
+    assert [stop.update(1.0, model) for _ in range(2)] == [False, True] and stop.best_eval == 0
+
+
+def test_step_on_plateau_decays_the_rate_at_each_stall_before_stopping(corpus, tmp_path):
+    c, ids, emb = corpus
+    keys = attribute_keys(c["train"])
+    view_keys = np.stack([keys[v] for v in VIEWS], axis=1)
+    # a flat held-out loss stalls every `patience` evaluations: two stalls decay the rate, the third stops
+    cfg = EncoderConfig("cnn", embed_dim=8, epochs=50, families_per_batch=2, lr=1e-12, patience=3, min_rel_delta=0.01,
+                        evals_per_epoch=2, holdout_fraction=0.2, schedule="step_on_plateau", warmup_epochs=0.0,
+                        lr_decay=0.3, lr_decays=2)
+    with Live(str(tmp_path / "live"), dvcyaml=False, save_dvc_exp=False, report=None) as live:
+        train_dual_encoder(cfg, c["train_images"], c["train"]["family"].to_numpy(), ids, view_keys, emb, seed=1, live=live)
+    assert len(live_curve(tmp_path / "live/plots/metrics/val/loss.tsv")) == 10  # 1 + 3 + 3 + 3
+    lr = np.array(live_curve(tmp_path / "live/plots/metrics/train/lr.tsv"))
+    np.testing.assert_allclose(lr, [1e-12] * 4 + [3e-13] * 3 + [9e-14] * 3, rtol=1e-6)
+    with pytest.raises(ValueError, match="not one of"):
+        train_dual_encoder(dataclasses.replace(cfg, schedule="cosine"), c["train_images"], c["train"]["family"].to_numpy(),
+                           ids, view_keys, emb, seed=1, live=None)
 
 
 def test_expert_trains_to_its_cap_while_the_held_out_loss_falls(corpus, tmp_path):
