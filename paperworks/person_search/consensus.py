@@ -9,12 +9,14 @@ Sources s ∈ {stage-1 fusion, cross, cloze, verify} each score the pool of a qu
    margin p_0[1] − p_0[2], the negative entropy, or (``agreement``, not in the paper) the number
    of the six single views (each over all backbones) whose own top-1 is the fused top-1, ties
    broken by the margin; τ is the value, among the validation
-   confidences, that maximises validation mAP@10. Confident → keep the stage-1 order;
+   confidences, that maximises validation mAP@10. ``fitted`` (not in the paper, which names no
+   measure): the kind is fitted too, the one whose fitted gate scores the highest validation mAP@10
+   (ties: the first of margin, entropy, agreement). Confident → keep the stage-1 order;
    otherwise rank by Σ_s w_s p_s (the experts reweighted by calibrated reliability).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -77,6 +79,8 @@ class Consensus:
     weights: dict[str, float]
     threshold: float
     kind: str
+    val_map: float = float("nan")  # the fitted gate's validation mAP@10
+    val_map_by_kind: dict[str, float] | None = None  # kind ``fitted``: every candidate kind's fitted gate
 
     def combine(self, scores: dict[str, np.ndarray], agreement: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(new pool order [Q, P], gate kept stage-1 [Q] bool, consensus distribution [Q, P]).
@@ -97,7 +101,12 @@ class Consensus:
 def fit_consensus(val_scores: dict[str, np.ndarray], target_pos: np.ndarray, kind: str = "margin",
                   agreement: np.ndarray | None = None) -> Consensus:
     """Fit temperatures, reliabilities and the gate threshold on validation queries (``agreement``: their
-    view agreement, for the ``agreement`` confidence)."""
+    view agreement, for the ``agreement`` confidence). ``kind`` ``fitted``: every kind of
+    :data:`CONFIDENCE_KINDS` is fitted and the one with the highest validation mAP@10 is returned."""
+    if kind == "fitted":
+        fits = [fit_consensus(val_scores, target_pos, k, agreement) for k in CONFIDENCE_KINDS]
+        best = max(fits, key=lambda c: c.val_map)  # max keeps the first of equal values
+        return replace(best, val_map_by_kind={c.kind: c.val_map for c in fits})
     has = target_pos >= 0
     temps = {s: fit_temperature(v, target_pos) for s, v in val_scores.items()}
     rel = {}
@@ -115,4 +124,4 @@ def fit_consensus(val_scores: dict[str, np.ndarray], target_pos: np.ndarray, kin
         m = float(mean_ap_of_order(order, target_pos).mean())
         if m > best_map + 1e-12:
             best_t, best_map = float(tau), m
-    return Consensus(temps, weights, best_t, kind)
+    return Consensus(temps, weights, best_t, kind, best_map)

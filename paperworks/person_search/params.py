@@ -131,7 +131,8 @@ class ExpertParams(StrictModel):
 
 class ConsensusParams(StrictModel):
     # how the gate measures the fused prediction's certainty (paperworks/person_search/consensus.py)
-    confidence: Literal["margin", "entropy", "agreement"] = "margin"
+    # fitted: the kind is chosen on validation with the threshold (the highest validation mAP@10)
+    confidence: Literal["margin", "entropy", "agreement", "fitted"] = "margin"
 
 
 class EvalParams(StrictModel):

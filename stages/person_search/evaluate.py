@@ -160,6 +160,7 @@ def main() -> None:
         "headroom": {"best_single_view_map@10": test_summary[best_view]["map@10"], "ceiling": 1.0,
                      f"fusion_pool_recall@{pool_size}": pool_recall},
         "consensus": {str(s): {"threshold": threshold(runs[s]["cons"]), "confidence": runs[s]["cons"].kind,
+                               "val_map@10": runs[s]["cons"].val_map, "val_map@10_by_kind": runs[s]["cons"].val_map_by_kind,
                                "weights": runs[s]["cons"].weights, "temperatures": runs[s]["cons"].temperatures,
                                "val_kept_stage1_fraction": kept_val[s],
                                "test_kept_stage1_fraction": float(runs[s]["kept"][is_test].mean())} for s in seeds},

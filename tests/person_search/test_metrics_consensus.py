@@ -137,6 +137,12 @@ def test_fit_consensus_with_agreement_keeps_stage1_where_the_views_agree():
     margin_gate = fit_consensus({"fusion": fusion, "cross": expert}, target, "margin")
     margin_order, _, _ = margin_gate.combine({"fusion": fusion, "cross": expert})
     assert mean_ap_of_order(margin_order, target).mean() <= max(always, never) + 1e-12 < gated
+    # the kind fitted on validation too: agreement, the only kind that splits these queries, with its own fit
+    fitted = fit_consensus({"fusion": fusion, "cross": expert}, target, "fitted", agreement)
+    assert fitted.kind == "agreement" and fitted.threshold == c.threshold
+    assert set(fitted.val_map_by_kind) == {"margin", "entropy", "agreement"}
+    assert fitted.val_map_by_kind["agreement"] == pytest.approx(gated) == pytest.approx(fitted.val_map)
+    assert max(fitted.val_map_by_kind["margin"], fitted.val_map_by_kind["entropy"]) < gated
 
 
 def test_confidence_separation_auc_and_agreement_table():
