@@ -105,6 +105,19 @@ def read_tokens(root: Path) -> dict[str, torch.Tensor]:
         raise ArtifactError(f"{root / 'tokens.safetensors'}: non-finite values in {bad}")
     return {k: v.float() for k, v in t.items()}
 
+
+def draw_tokens(draw: int, like: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """The cached tokens of encoder draw ``draw`` (``features_dir(draw)``, written by ``encoder_fusion_encoders@<draw>``);
+    with ``like``, tensors whose shapes differ from it (another draw's, written under other sizes) are an ``ArtifactError``."""
+    root = features_dir(draw)
+    t = read_tokens(root)
+    if like is not None:
+        bad = {k: (tuple(v.shape), tuple(like[k].shape)) for k, v in t.items() if tuple(v.shape) != tuple(like[k].shape)}
+        if bad:
+            raise ArtifactError(f"{root / 'tokens.safetensors'}: shapes {bad} (got, expected) differ from the other encoder draws' "
+                                "(written under other params: rerun encoder_fusion_encoders)")
+    return t
+
 VOLUMES = Path("data/encoder_fusion/volumes")
 VOLUME_VQA = Path("data/encoder_fusion/volume_vqa")
 DECODER = Path("data/encoder_fusion/decoder")

@@ -65,8 +65,8 @@ class HeadParams(StrictModel):
     fusions: list[Fusion] = Field(default_factory=lambda: list(FUSIONS), min_length=2)
     seeds: list[NonNegativeInt] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=50, description=(
         "independent trainings (the claims' clusters): seed s trains its own foundation encoder and specialists "
-        "(encoder_fusion_encoders@<s>) and every fusion head on them (encoder_fusion_vqa@<s>); the first listed "
-        "seed's encoders also feed the report decoder and the explore stage"))
+        "(encoder_fusion_encoders@<s>) and every fusion head on them (encoder_fusion_vqa@<s>); report-decoder seed i and "
+        "explore seed i read the encoders of the i-th listed seed (so decoder.seeds and explore.seeds are at most its length)"))
     d_model: int = Field(64, ge=8, le=512)
     heads: int = Field(4, ge=1, le=16)
     window: int = Field(1, ge=0, le=8, description="local cross-attention radius in token cells (0: same cell only)")
@@ -143,7 +143,8 @@ class DecoderParams(StrictModel):
     through ``inputs_embeds``), trained per (fusion, seed) with its fusion module end to end on each case's
     findings report; greedy reports of the test cases are scored by the RoI scorer against reference reports."""
 
-    seeds: int = Field(3, ge=1, le=50, description="independent trainings of each fusion's decoder (the claims' clusters)")
+    seeds: int = Field(3, ge=1, le=50, description=(
+        "independent trainings of each fusion's decoder (the claims' clusters); seed i reads the encoders of head.seeds[i]"))
     hidden_size: int = Field(64, ge=8, le=1024)
     num_layers: int = Field(2, ge=1, le=12)
     num_heads: int = Field(4, ge=1, le=16)
@@ -170,7 +171,8 @@ class ExploreParams(StrictModel):
     prefix: instruction retention after domain tuning with vs without instruction data mixed in, and the
     segmentation tool's region text as the prompt vs none (``paperworks.encoder_fusion.explore``)."""
 
-    seeds: int = Field(3, ge=1, le=50, description="independent runs of each comparison (the claims' clusters)")
+    seeds: int = Field(3, ge=1, le=50, description=(
+        "independent runs of each comparison (the claims' clusters); seed i reads the encoders of head.seeds[i]"))
     retention_fusion: Fusion = Field("cascade", description="the fusion under the retention decoder")
     instruct_steps: int = Field(ge=10, le=100_000, description="instruction tuning (plain + every format instruction)")
     instruct_patience: int | None = Field(None, ge=1, le=100_000, description=(
@@ -237,7 +239,37 @@ class Params(StrictModel):
         missing = [f for f in self.reliability.abstention_fusions if f not in self.head.fusions]
         if missing:
             raise ValueError(f"reliability.abstention_fusions {missing}: not trained (head.fusions is {self.head.fusions})")
+        for stage in DRAW_STAGES:
+            problem = _draws_problem(self, stage)
+            if problem:
+                raise ValueError(problem)
         return self
+
+
+# the stages whose own seeds each read one encoder draw: seed i of ``<stage>.seeds`` reads ``head.seeds[i]``
+DRAW_STAGES: tuple[str, ...] = ("decoder", "explore")
+
+
+def _draws_problem(p: Params, stage: str) -> str | None:
+    n, draws = getattr(p, stage).seeds, p.head.seeds
+    if n <= len(draws):
+        return None
+    return (f"encoder_fusion.{stage}.seeds={n} exceeds len(encoder_fusion.head.seeds)={len(draws)} (head.seeds {list(draws)}): "
+            f"{stage} seed i reads the encoders trained by head.seeds[i], so {stage}.seeds must be at most {len(draws)} "
+            f"(list more head.seeds or lower {stage}.seeds)")
+
+
+def encoder_draws(p: Params, stage: str) -> list[int]:
+    """The encoder draw (a seed of ``head.seeds``, i.e. ``encoder_fusion_encoders@<draw>``) that each of ``stage``'s
+    own seeds reads: seed i → ``head.seeds[i]``, for i in ``range(<stage>.seeds)``. Each decoder / explore seed thus
+    sits on its own independent draw of the frozen encoders, and the intervals over those seeds cover the redraw.
+    More stage seeds than ``head.seeds`` is a ``ParamsError`` (the params validator refuses it too)."""
+    if stage not in DRAW_STAGES:
+        raise ValueError(f"stage '{stage}': allowed {', '.join(DRAW_STAGES)}")
+    problem = _draws_problem(p, stage)
+    if problem:
+        raise ParamsError(problem)
+    return list(p.head.seeds[:getattr(p, stage).seeds])
 
 
 def stage_seed(p: Params, argv: list[str] | None = None) -> int:

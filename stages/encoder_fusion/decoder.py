@@ -4,7 +4,10 @@ case's reference report (matched / missed / hallucinated findings, RoI score, Ro
 
 Training reports are realised from each case's findings at ``decoder.paraphrase_rate``; the test references
 at ``panel.paraphrase_rate`` from their own seed (the same rate as the panel study's references). The
-finding tagger is the panel stage's (same annotated set, same seed), retrained here (a second or two)."""
+finding tagger is the panel stage's (same annotated set, same seed), retrained here (a second or two).
+
+Decoder seed i reads the cached tokens of encoder draw ``head.seeds[i]`` (``encoder_fusion_encoders@<draw>``,
+``params.encoder_draws``), so the claims' clusters are independent draws of encoders and decoder together."""
 from __future__ import annotations
 
 import time
@@ -19,10 +22,10 @@ from paperworks.core.lm import save_tokenizer, train_tokenizer
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import DECODER, features_dir, read_tokens, read_world
+from paperworks.encoder_fusion.artifacts import DECODER, draw_tokens, read_world
 from paperworks.encoder_fusion.decoder import (ReportDecoder, encode_reports, generate_reports, lm_config, roi_f1,
                                                train_decoder)
-from paperworks.encoder_fusion.params import Params
+from paperworks.encoder_fusion.params import Params, encoder_draws
 from paperworks.encoder_fusion.reports import FindingTagger, annotated_sentences, realise, score
 
 REPORT_SCHEMA = pa.schema([("fusion", pa.string()), ("seed", pa.int64()), ("case_id", pa.string()), ("modality", pa.string()),
@@ -39,9 +42,10 @@ def _f(f) -> dict:
 @stage_main
 def main() -> None:
     p = load_section("encoder_fusion", Params)
+    draws = encoder_draws(p, "decoder")  # decoder seed i reads encoder draw head.seeds[i] (ParamsError if too few)
     seed = global_seed(read_params_file())
     cases, _, _ = read_world()
-    tokens = read_tokens(features_dir(p.head.seeds[0]))  # one encoder draw: the first seed's
+    tokens = draw_tokens(draws[0])  # the shapes (grid, widths) every draw shares; seed 0's tokens
     d = p.decoder
     split_rows = {s: np.array([i for i, c in enumerate(cases) if c.split == s]) for s in ("train", "dev", "test")}
     texts = {}
@@ -63,6 +67,8 @@ def main() -> None:
     tagger_acc = tagger.field_accuracy(held_texts, held_labels)
     rows, histories, cost, examples = [], {}, {}, []
     for s in range(d.seeds):
+        if s:
+            tokens = draw_tokens(draws[s], like=tokens)  # this seed's own encoder draw
         run_seed = derive_seed(seed, "encoder_fusion", "decoder", s)
         for fusion in p.head.fusions:
             t0 = time.process_time()
@@ -85,7 +91,7 @@ def main() -> None:
                                      "roi_f1": rows[-1]["roi_f1"]})
             sel = next(r for r in hist if r["selected"])
             got = pd.DataFrame(rows[-len(test):])
-            print(f"decoder {fusion} seed {s}: dev loss {hist[0]['dev_loss']:.3f} → {sel['dev_loss']:.3f} (step {sel['step']}), "
+            print(f"decoder {fusion} seed {s} (encoders of seed {draws[s]}): dev loss {hist[0]['dev_loss']:.3f} → {sel['dev_loss']:.3f} (step {sel['step']}), "
                   f"test RoI-F1 {got['roi_f1'].mean():.3f}, {cost[f'{fusion}-{s}']['train_s']:.1f} CPU-s")
     with atomic_path(DECODER) as tmp:
         write_parquet(tmp / "reports.parquet", pd.DataFrame(rows), REPORT_SCHEMA)
@@ -93,6 +99,7 @@ def main() -> None:
         write_json(tmp / "examples.json", examples)
         write_json(tmp / "decoder.json", {"tagger_heldout_field_accuracy": tagger_acc, "tagger_training_sentences": p.panel.tagger_sentences,
                                           "vocab": len(tokenizer), "prefix_tokens": grid * grid, "max_report_tokens": max_len,
+                                          "encoder_seeds": {str(s): draw for s, draw in enumerate(draws)},
                                           "training_paraphrase_rate": d.paraphrase_rate, "reference_paraphrase_rate": p.panel.paraphrase_rate,
                                           "lm_config": cfg.model_dump()})
         save_tokenizer(tokenizer, tmp / "tokenizer.json")

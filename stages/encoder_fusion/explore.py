@@ -4,7 +4,10 @@ instruction data mixed in, and the segmentation tool's region text as the prompt
 
 Reports are realised like the decoder stage's (training reports at ``decoder.paraphrase_rate`` from the
 same seeds, test references at ``panel.paraphrase_rate`` from the same seeds); the domain-tuning reports at
-``explore.domain_paraphrase_rate`` from their own seeds. The finding tagger is the panel's (same set, seed)."""
+``explore.domain_paraphrase_rate`` from their own seeds. The finding tagger is the panel's (same set, seed).
+
+Explore seed i reads encoder draw ``head.seeds[i]`` (``params.encoder_draws``): that draw's cached tokens under every
+decoder of seed i, and that draw's specialists as seed i's segmentation tool. One tokenizer covers every draw's tool text."""
 from __future__ import annotations
 
 import time
@@ -19,13 +22,13 @@ from paperworks.core.lm import save_tokenizer, train_tokenizer
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.encoder_fusion.artifacts import EXPLORE, encoder_dir, features_dir, load_model, read_tokens, read_world
+from paperworks.encoder_fusion.artifacts import EXPLORE, draw_tokens, encoder_dir, load_model, read_world
 from paperworks.encoder_fusion.decoder import roi_f1
 from paperworks.encoder_fusion.explore import (PromptedDecoder, compliance, encode_prompts, generate_prompted, make_data,
                                                prompt_width, prompted_config, target_width, train_prompted)
 from paperworks.encoder_fusion.instructions import KINDS, PROMPTS, render
 from paperworks.encoder_fusion.models import Specialist
-from paperworks.encoder_fusion.params import MODALITIES, Params
+from paperworks.encoder_fusion.params import MODALITIES, Params, encoder_draws
 from paperworks.encoder_fusion.reports import FindingTagger, annotated_sentences, entity_f1, realise, score
 from paperworks.encoder_fusion.tool import SegmentationTool
 
@@ -42,8 +45,8 @@ def main() -> None:
     p = load_section("encoder_fusion", Params)
     seed = global_seed(read_params_file())
     d, e = p.decoder, p.explore
+    draws = encoder_draws(p, "explore")  # explore seed i reads encoder draw head.seeds[i] (ParamsError if too few)
     cases, _, _ = read_world()
-    tokens = read_tokens(features_dir(p.head.seeds[0]))  # one encoder draw: the first seed's, as the decoder stage
     rows = {s: np.array([i for i, c in enumerate(cases) if c.split == s]) for s in ("train", "dev", "test")}
     test = [cases[i] for i in rows["test"]]
 
@@ -55,24 +58,31 @@ def main() -> None:
     domain = {s: reports(s, "explore_domain", e.domain_paraphrase_rate) for s in ("train", "dev")}
     references = [realise(c.findings, c.modality, np.random.default_rng(derive_seed(seed, "encoder_fusion", "decoder_reference", c.case_id)),
                           p.panel.paraphrase_rate) for c in test]
-    # --- the segmentation tool on every case (its own modality's specialist, on the cached tokens)
+    # --- the segmentation tool on every case, per explore seed: its encoder draw's specialist of the case's modality,
+    # on that draw's cached tokens (each draw's tokens are read again in the seed loop: one draw in memory at a time)
     t0 = time.process_time()
-    tools = {m: SegmentationTool(load_model(encoder_dir(p.head.seeds[0]) / f"specialist_{m}.safetensors", Specialist(p.specialist)), m) for m in MODALITIES}
-    tool_out = [None] * len(cases)
-    for m in MODALITIES:
-        idx = np.array([i for i, c in enumerate(cases) if c.modality == m])
-        for i, r in zip(idx, tools[m].from_tokens(tokens[m][torch.as_tensor(idx)])):
-            tool_out[i] = r
-    tool_text = [r.text for r in tool_out]
-    tool_f1 = float(np.mean([entity_f1(list(tool_out[i].findings), list(cases[i].findings)) for i in rows["test"]]))
+    tool_text, tool_f1, tokens = [], [], None
+    for draw in draws:
+        tokens = draw_tokens(draw, like=tokens)
+        tools = {m: SegmentationTool(load_model(encoder_dir(draw) / f"specialist_{m}.safetensors", Specialist(p.specialist)), m)
+                 for m in MODALITIES}
+        tool_out = [None] * len(cases)
+        for m in MODALITIES:
+            idx = np.array([i for i, c in enumerate(cases) if c.modality == m])
+            for i, r in zip(idx, tools[m].from_tokens(tokens[m][torch.as_tensor(idx)])):
+                tool_out[i] = r
+        tool_text.append([r.text for r in tool_out])
+        tool_f1.append(float(np.mean([entity_f1(list(tool_out[i].findings), list(cases[i].findings)) for i in rows["test"]])))
     tool_s = time.process_time() - t0
     # --- one tokenizer for everything the decoders read or write
     inst = {s: ([""] * len(plain[s]) + [PROMPTS[k] for k in KINDS for _ in plain[s]],
                 plain[s] + [render(k, r) for k in KINDS for r in plain[s]]) for s in ("train", "dev")}
-    corpus = inst["train"][1] + domain["train"] + list(PROMPTS.values()) + [tool_text[i] for i in rows["train"]]
+    corpus = (inst["train"][1] + domain["train"] + list(PROMPTS.values())
+              + [texts[i] for texts in tool_text for i in rows["train"]])  # every seed's tool texts (its own draw's)
     tokenizer = train_tokenizer(corpus, vocab_size=d.vocab_size)
     # each comparison pads its prompts to its own width (the tool's region text is longer than an instruction)
-    w_inst, w_tool = prompt_width(tokenizer, list(PROMPTS.values())), prompt_width(tokenizer, tool_text)
+    w_inst = prompt_width(tokenizer, list(PROMPTS.values()))
+    w_tool = max(prompt_width(tokenizer, texts) for texts in tool_text)
     t_width = target_width(tokenizer, inst["train"][1] + inst["dev"][1] + domain["train"] + domain["dev"])
     grid = int(round(tokens["foundation"].shape[1] ** 0.5))
     cfg = {w: prompted_config(d.hidden_size, d.num_layers, d.num_heads, d.intermediate_size, grid * grid, w, t_width, d.max_new_tokens)
@@ -93,6 +103,7 @@ def main() -> None:
     comp_rows, tool_rows, domain_rows, histories, cost, pre_compliance = [], [], [], {}, {}, {}
     empty_test = encode_prompts(tokenizer, [""] * len(test), w_inst)
     for s in range(e.seeds):
+        tokens = draw_tokens(draws[s], like=tokens)  # this seed's own encoder draw (and tool_text[s] its tool's text)
         # ---------------- 1. instruction retention
         run_seed = derive_seed(seed, "encoder_fusion", "explore_retention", s)
         t0 = time.process_time()
@@ -118,13 +129,13 @@ def main() -> None:
                             for c, r, ref in zip(test, reps, domain_refs)]
             cost[f"{arm}-{s}"] = time.process_time() - t0
             got = [r["complies"] for r in comp_rows if r["arm"] == arm and r["seed"] == s]
-            print(f"retention {arm} seed {s}: compliance {np.mean(got):.3f} (after instruction tuning: {pre_compliance[str(s)]:.3f})")
+            print(f"retention {arm} seed {s} (encoders of seed {draws[s]}): compliance {np.mean(got):.3f} (after instruction tuning: {pre_compliance[str(s)]:.3f})")
         # ---------------- 2. tool use vs none
         run_seed = derive_seed(seed, "encoder_fusion", "explore_tool", s)
         for arm in ("none", "tool"):
             t0 = time.process_time()
             model = PromptedDecoder(e.tool_fusion, dims, qdim, grid, p.head, cfg[w_tool], len(tokenizer), run_seed)
-            sel = {sp: [tool_text[i] if arm == "tool" else "" for i in rows[sp]] for sp in ("train", "dev", "test")}
+            sel = {sp: [tool_text[s][i] if arm == "tool" else "" for i in rows[sp]] for sp in ("train", "dev", "test")}
             histories[f"{arm}-{s}"] = train_prompted(model, tokens, [(data("train", sel["train"], plain["train"], w_tool), 1.0)],
                                                      data("dev", sel["dev"], plain["dev"], w_tool), e.tool_steps, d.batch_size, d.lr,
                                                      e.log_every, run_seed)
@@ -137,8 +148,8 @@ def main() -> None:
                                   "n_hallucinated": len(sc.hallucinated), "roi_f1": roi_f1(sc, c.roi, p.panel.metric_roi_weight)})
             cost[f"{arm}-{s}"] = time.process_time() - t0
             got = [r["roi_f1"] for r in tool_rows if r["arm"] == arm and r["seed"] == s]
-            print(f"tool use {arm} ({e.tool_fusion}) seed {s}: test RoI-F1 {np.mean(got):.3f}, {cost[f'{arm}-{s}']:.1f} CPU-s")
-    tool_examples = [{"case_id": cases[i].case_id, "tool_text": tool_text[i],
+            print(f"tool use {arm} ({e.tool_fusion}) seed {s} (encoders of seed {draws[s]}): test RoI-F1 {np.mean(got):.3f}, {cost[f'{arm}-{s}']:.1f} CPU-s")
+    tool_examples = [{"case_id": cases[i].case_id, "encoder_seed": draws[0], "tool_text": tool_text[0][i],
                       "truth": [f"{f.size} {f.type} in the {f.region}" for f in cases[i].findings]} for i in rows["test"][:3]]
     with atomic_path(EXPLORE) as tmp:
         write_parquet(tmp / "compliance.parquet", pd.DataFrame(comp_rows), COMPLIANCE_SCHEMA)
@@ -147,7 +158,11 @@ def main() -> None:
         write_json(tmp / "histories.json", histories)
         write_json(tmp / "explore.json", {"instruction_compliance_before_domain_tuning": pre_compliance,
                                           "n_dev_instruction_items": len(rows["dev"]) * len(KINDS),
-                                          "tool_entity_f1_test": tool_f1, "tool_examples": tool_examples,
+                                          # the worst seed's tool (each seed's tool is its own encoder draw's specialists)
+                                          "tool_entity_f1_test": min(tool_f1),
+                                          "tool_entity_f1_test_per_seed": {str(s): v for s, v in enumerate(tool_f1)},
+                                          "encoder_seeds": {str(s): draw for s, draw in enumerate(draws)},
+                                          "tool_examples": tool_examples,
                                           "prompt_tokens": {"instructions": w_inst, "tool": w_tool}, "vocab": len(tokenizer),
                                           "lm_config": cfg[w_tool].model_dump(),
                                           "mix_share": e.mix_share, "domain_paraphrase_rate": e.domain_paraphrase_rate,
