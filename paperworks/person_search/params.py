@@ -1,13 +1,15 @@
 """Typed ``params.yaml:person_search`` section (validated before any stage does work)."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from paperworks.core.params import StrictModel
 
 Backbone = Literal["cnn", "resnet", "vit"]
+Schedule = Literal["one_cycle", "step_on_plateau"]
+Epochs = Annotated[int, Field(ge=1, le=200)]
 View = Literal["full", "structured", "appearance", "action", "object", "scene"]
 EditAttr = Literal["upper", "lower", "headwear", "bag", "action", "object", "scene", "light", "weather"]
 
@@ -73,7 +75,8 @@ class StoppingParams(StrictModel):
 class EncoderParams(StrictModel):
     backbones: list[Backbone] = Field(min_length=1)
     embed_dim: int = Field(128, ge=8, le=1024)
-    epochs: int = Field(ge=1, le=200)  # the cap: early stopping (``stopping``) usually ends training first
+    # the cap: early stopping (``stopping``) usually ends training first; one for all backbones or one per backbone
+    epochs: Epochs | dict[Backbone, Epochs]
     stopping: StoppingParams
     families_per_batch: int = Field(8, ge=2, le=256)
     lr: float = Field(2e-3, gt=0, le=1)
@@ -82,8 +85,9 @@ class EncoderParams(StrictModel):
     full_view_prob: float = Field(0.5, ge=0, le=1)  # share of texts that are the full caption
     structured_view_prob: float = Field(0.2, ge=0, le=1)  # the rest are facet views
     augment: bool = False  # generic photometric jitter of sim images (never the real-domain transform)
-    # one_cycle anneals only at the cap; step_on_plateau decays the rate each time the held-out loss stalls
-    schedule: Literal["one_cycle", "step_on_plateau"] = "one_cycle"
+    # one_cycle anneals only at the cap; step_on_plateau decays the rate each time the held-out loss stalls.
+    # One schedule for every backbone, or one per backbone (a mapping that names every listed backbone)
+    schedule: Schedule | dict[Backbone, Schedule] = "one_cycle"
     warmup_epochs: float = Field(1.0, ge=0, le=20)  # step_on_plateau: linear warm-up
     lr_decay: float = Field(0.3, gt=0, lt=1)  # step_on_plateau: the rate's factor at each stall
     lr_decays: int = Field(2, ge=0, le=10)  # step_on_plateau: stalls answered with a decay before one may stop
@@ -92,7 +96,20 @@ class EncoderParams(StrictModel):
     def _probs(self):
         if self.full_view_prob + self.structured_view_prob > 1:
             raise ValueError("full_view_prob + structured_view_prob must be ≤ 1")
+        for key in ("schedule", "epochs"):
+            value = getattr(self, key)
+            if isinstance(value, dict) and (missing := [b for b in self.backbones if b not in value]):
+                raise ValueError(f"{key} names no {key} for backbone(s) {missing} (backbones {self.backbones}; "
+                                 f"give one {key} for all, or one per backbone)")
         return self
+
+    def schedule_of(self, backbone: str) -> str:
+        """The learning-rate schedule of one backbone's encoder."""
+        return self.schedule[backbone] if isinstance(self.schedule, dict) else self.schedule
+
+    def epochs_of(self, backbone: str) -> int:
+        """The epoch cap of one backbone's encoder."""
+        return self.epochs[backbone] if isinstance(self.epochs, dict) else self.epochs
 
 
 class RetrievalParams(StrictModel):

@@ -20,10 +20,10 @@ from paperworks.person_search.towers import EncoderConfig, train_dual_encoder
 def encoder_config(p: Params, backbone: str) -> EncoderConfig:
     e = p.encoder
     st = e.stopping
-    return EncoderConfig(backbone, e.embed_dim, e.epochs, e.families_per_batch, e.lr, e.weight_decay, e.temperature,
+    return EncoderConfig(backbone, e.embed_dim, e.epochs_of(backbone), e.families_per_batch, e.lr, e.weight_decay, e.temperature,
                          e.full_view_prob, e.structured_view_prob, e.augment, st.patience, st.min_rel_delta,
                          st.evals_per_epoch, st.holdout_fraction, st.plateau_tail, st.plateau_rel_tol, st.min_evals,
-                         e.schedule, e.warmup_epochs, e.lr_decay, e.lr_decays)
+                         e.schedule_of(backbone), e.warmup_epochs, e.lr_decay, e.lr_decays)
 
 
 @stage_main

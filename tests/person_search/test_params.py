@@ -91,3 +91,25 @@ def test_edit_weights_checked():
     s = _default()
     s["data"]["edit_weights"] = {"scene": -1.0, "light": 0.5}
     assert "edit_weights" in _error(s)
+
+
+def test_encoder_schedule_and_cap_for_all_or_per_backbone():
+    s = _default()
+    s["encoder"]["schedule"] = "one_cycle"
+    p = validate_section("person_search", Params, s)
+    assert [p.encoder.schedule_of(b) for b in ("cnn", "resnet", "vit")] == ["one_cycle"] * 3
+    s["encoder"]["schedule"] = {"cnn": "one_cycle", "resnet": "one_cycle", "vit": "step_on_plateau"}
+    p = validate_section("person_search", Params, s)
+    assert [p.encoder.schedule_of(b) for b in ("cnn", "resnet", "vit")] == ["one_cycle", "one_cycle", "step_on_plateau"]
+    s["encoder"]["schedule"] = {"cnn": "one_cycle", "resnet": "one_cycle"}  # vit is listed in backbones
+    assert "no schedule for backbone(s) ['vit']" in _error(s)
+    s["encoder"]["schedule"] = "cosine"
+    assert "person_search.encoder.schedule" in _error(s)
+    s["encoder"]["schedule"] = "one_cycle"
+    s["encoder"]["epochs"] = {"cnn": 30, "resnet": 30, "vit": 50}
+    p = validate_section("person_search", Params, s)
+    assert [p.encoder.epochs_of(b) for b in ("cnn", "resnet", "vit")] == [30, 30, 50]
+    s["encoder"]["epochs"] = {"cnn": 30, "vit": 50}
+    assert "no epochs for backbone(s) ['resnet']" in _error(s)
+    s["encoder"]["epochs"] = {"cnn": 0, "resnet": 30, "vit": 50}
+    assert "person_search.encoder.epochs" in _error(s)
