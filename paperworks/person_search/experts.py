@@ -170,11 +170,11 @@ class HeldOut:
     def finish(self) -> None:
         self.stopper.restore(self.model)
         if self.stopped:
-            log.info(f"{self.name}: held-out loss plateaued (best {self.stopper.best:.4f} at evaluation "
-                     f"{self.stopper.best_eval + 1}); stopped")
+            log.info(f"{self.name}: held-out loss plateaued (best {self.stopper.kept_loss:.4f} at evaluation "
+                     f"{self.stopper.kept_eval + 1}); stopped")
         if self.live is not None:
             self.live.log_metric("stopped_early", int(self.stopped), plot=False)
-            self.live.log_metric("best_evaluation", self.stopper.best_eval + 1, plot=False)
+            self.live.log_metric("best_evaluation", self.stopper.kept_eval + 1, plot=False)
 
 
 def one_cycle(opt, cfg: ExpertConfig, steps_per_epoch: int):

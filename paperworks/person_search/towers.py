@@ -128,7 +128,8 @@ class DualEncoder(nn.Module):
 @dataclass
 class EarlyStopping:
     """Train until the held-out loss stops improving: stop after ``patience`` evaluations without a
-    relative improvement of at least ``min_rel_delta`` on the best so far; the best weights are kept.
+    relative improvement of at least ``min_rel_delta`` on ``best`` (the patience reference); the weights
+    kept are those of the lowest held-out loss (``kept_loss``), also where it beat ``best`` by less.
 
     With ``plateau_tail`` > 0 the curve must *also* have levelled off by the evidence standard's
     convergence check (``paperworks.core.claims.convergence``): at least ``min_evals`` evaluations,
@@ -146,8 +147,10 @@ class EarlyStopping:
     plateau_tail: float = 0.0
     plateau_rel_tol: float = 0.05
     min_evals: int = 0
-    best: float = math.inf
+    best: float = math.inf  # the last loss that improved on its predecessor by ``min_rel_delta``: patience counts from it
     best_eval: int = -1
+    kept_loss: float = math.inf  # the lowest loss so far, whose weights ``restore`` loads
+    kept_eval: int = -1
     evals: int = 0
     wait_from: int = -1  # patience also counts from here (the last learning-rate decay), not only from the best
     history: list = field(default_factory=list, repr=False)
@@ -172,6 +175,10 @@ class EarlyStopping:
             raise FloatingPointError(f"held-out loss is {loss} after {self.evals} evaluations")
         if loss < self.best - self.min_rel_delta * abs(self.best) or self.best_eval < 0:
             self.best, self.best_eval = loss, self.evals
+        # gains under min_rel_delta do not reset patience, but the weights of the lowest loss are the ones kept
+        # (after a learning-rate decay the gains come in steps under 1 %)
+        if loss < self.kept_loss:
+            self.kept_loss, self.kept_eval = loss, self.evals
             self.best_state = copy.deepcopy(model.state_dict())
         self.evals += 1
         self.history.append(float(loss))
@@ -361,6 +368,8 @@ def train_dual_encoder(
                 stop_now = stopper.update(val_loss, model)
                 if cfg.schedule == "step_on_plateau" and stopper.stalled() and decays_done[0] < cfg.lr_decays:
                     decays_done[0] += 1
+                    for group in opt.param_groups:  # now, not at the scheduler's next step (LambdaLR reads it there)
+                        group["lr"] *= cfg.lr_decay
                     stopper.restart_patience()
                     stop_now = False
                     log.info(f"{cfg.backbone}: held-out loss stalled at evaluation {stopper.evals}; "
@@ -371,12 +380,12 @@ def train_dual_encoder(
         # the wall time differs per run: a log line, not a tracked curve (byte-identical outputs)
         log.info(f"{cfg.backbone} epoch {epoch + 1}/{cfg.epochs}: {time.time() - t0:.1f} s")
         if stop:
-            log.info(f"{cfg.backbone}: held-out loss plateaued (best {stopper.best:.4f} at evaluation {stopper.best_eval + 1}); stopped")
+            log.info(f"{cfg.backbone}: held-out loss plateaued (best {stopper.kept_loss:.4f} at evaluation {stopper.kept_eval + 1}); stopped")
             break
     stopper.restore(model)
     if live is not None:
         live.log_metric("stopped_early", int(stop), plot=False)
-        live.log_metric("best_evaluation", stopper.best_eval + 1, plot=False)
+        live.log_metric("best_evaluation", stopper.kept_eval + 1, plot=False)
     model.eval()
     return model
 

@@ -20,10 +20,15 @@ from paperworks.person_search.towers import EncoderConfig, train_dual_encoder
 def encoder_config(p: Params, backbone: str) -> EncoderConfig:
     e = p.encoder
     st = e.stopping
-    return EncoderConfig(backbone, e.embed_dim, e.epochs_of(backbone), e.families_per_batch, e.lr, e.weight_decay, e.temperature,
-                         e.full_view_prob, e.structured_view_prob, e.augment, st.patience, st.min_rel_delta,
-                         st.evals_per_epoch, st.holdout_fraction, st.plateau_tail, st.plateau_rel_tol, st.min_evals,
-                         e.schedule_of(backbone), e.warmup_epochs, e.lr_decay, e.lr_decays)
+    return EncoderConfig(backbone=backbone, embed_dim=e.embed_dim, epochs=e.epochs_of(backbone),
+                         families_per_batch=e.families_per_batch, lr=e.lr, weight_decay=e.weight_decay,
+                         temperature=e.temperature, full_view_prob=e.full_view_prob,
+                         structured_view_prob=e.structured_view_prob, augment=e.augment, patience=st.patience,
+                         min_rel_delta=st.min_rel_delta, evals_per_epoch=st.evals_per_epoch,
+                         holdout_fraction=st.holdout_fraction, plateau_tail=st.plateau_tail,
+                         plateau_rel_tol=st.plateau_rel_tol, min_evals=st.min_evals,
+                         schedule=e.schedule_of(backbone), warmup_epochs=e.warmup_epochs, lr_decay=e.lr_decay,
+                         lr_decays=e.lr_decays)
 
 
 @stage_main

@@ -23,11 +23,13 @@ def test_early_stopping_waits_patience_and_restores_the_best_weights():
         with torch.no_grad():
             model.bias.fill_(float(i))
         decisions.append(stop.update(loss, model))
-    # 0.47 is not 10 % better than 0.5: evaluations 3 and 4 do not count, so it stops at the 4th
+    # 0.47 is not 10 % better than 0.5: evaluations 3 and 4 do not reset patience, so it stops at the 4th
     assert decisions == [False, False, False, True]
     assert stop.best == 0.5 and stop.best_eval == 1
+    # but 0.47 is the lowest held-out loss: its weights are the ones kept
+    assert stop.kept_loss == 0.47 and stop.kept_eval == 2
     stop.restore(model)
-    assert model.bias.item() == 1.0
+    assert model.bias.item() == 2.0
     with pytest.raises(FloatingPointError):
         EarlyStopping(1, 0.0).update(float("nan"), model)
 
@@ -97,19 +99,22 @@ def test_patience_restarts_after_a_decay():
     assert [stop.update(1.0, model) for _ in range(2)] == [False, True] and stop.best_eval == 0
 
 
-def test_step_on_plateau_decays_the_rate_at_each_stall_before_stopping(corpus, tmp_path):
+@pytest.mark.parametrize("warmup_epochs, first_rates", [(0.0, [1e-12]), (1.0, [7.5e-13])])
+def test_step_on_plateau_decays_the_rate_at_each_stall_before_stopping(corpus, tmp_path, warmup_epochs, first_rates):
     c, ids, emb = corpus
     keys = attribute_keys(c["train"])
     view_keys = np.stack([keys[v] for v in VIEWS], axis=1)
-    # a flat held-out loss stalls every `patience` evaluations: two stalls decay the rate, the third stops
+    # a flat held-out loss stalls every `patience` evaluations: two stalls decay the rate, the third stops.
+    # 8 training families in pairs: 4 steps per epoch, evaluations after steps 2 and 4 of each epoch, so a
+    # 1-epoch warm-up is at 3/4 of the rate at the first evaluation and at the full rate from the second
     cfg = EncoderConfig("cnn", embed_dim=8, epochs=50, families_per_batch=2, lr=1e-12, patience=3, min_rel_delta=0.01,
-                        evals_per_epoch=2, holdout_fraction=0.2, schedule="step_on_plateau", warmup_epochs=0.0,
+                        evals_per_epoch=2, holdout_fraction=0.2, schedule="step_on_plateau", warmup_epochs=warmup_epochs,
                         lr_decay=0.3, lr_decays=2)
     with Live(str(tmp_path / "live"), dvcyaml=False, save_dvc_exp=False, report=None) as live:
         train_dual_encoder(cfg, c["train_images"], c["train"]["family"].to_numpy(), ids, view_keys, emb, seed=1, live=live)
     assert len(live_curve(tmp_path / "live/plots/metrics/val/loss.tsv")) == 10  # 1 + 3 + 3 + 3
     lr = np.array(live_curve(tmp_path / "live/plots/metrics/train/lr.tsv"))
-    np.testing.assert_allclose(lr, [1e-12] * 4 + [3e-13] * 3 + [9e-14] * 3, rtol=1e-6)
+    np.testing.assert_allclose(lr, first_rates + [1e-12] * (4 - len(first_rates)) + [3e-13] * 3 + [9e-14] * 3, rtol=1e-6)
     with pytest.raises(ValueError, match="not one of"):
         train_dual_encoder(dataclasses.replace(cfg, schedule="cosine"), c["train_images"], c["train"]["family"].to_numpy(),
                            ids, view_keys, emb, seed=1, live=None)
