@@ -1,6 +1,6 @@
 """Stage-1 throughput of the person-search track at PAB gallery sizes, end to end, with where the time goes.
 
-One command (≈ 10–12 min on 2 cores with all five precisions, estimated from a reduced run; the
+One command (377 s on an idle 2-core AVX-512/BF16 machine with all five precisions, 2026-12-07; the
 bfloat16 ones are skipped on CPUs without native bf16) prints the tables; ``--write`` also writes
 ``benchmarks/results/person_search_index.md`` (run it on an idle machine for the committed figures):
 
