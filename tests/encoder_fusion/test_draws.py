@@ -41,10 +41,11 @@ def test_seed_i_reads_the_draw_of_head_seed_i():
 
 
 def test_more_stage_seeds_than_head_seeds_is_a_clear_error():
-    for stage in ("decoder", "explore"):
+    for stage, other in (("decoder", "explore"), ("explore", "decoder")):
         s = _default()
         s["head"]["seeds"] = list(DRAWS)
         s[stage]["seeds"] = 4
+        s[other]["seeds"] = 1  # within the 3 draws: only `stage` is wrong, whatever the default's counts
         msg = _error(s)
         assert f"encoder_fusion.{stage}.seeds=4 exceeds len(encoder_fusion.head.seeds)=3" in msg and "[6, 1, 4]" in msg
     # the stage-side check, on params that skipped validation
