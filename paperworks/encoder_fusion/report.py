@@ -263,7 +263,7 @@ def decoder_summary(reports: pd.DataFrame, hist: dict, info: dict) -> dict:
     return {"fusions": out, "training_paraphrase_rate": info["training_paraphrase_rate"],
             "reference_paraphrase_rate": info["reference_paraphrase_rate"], "vocab": info["vocab"],
             "prefix_tokens": info["prefix_tokens"], "lm_config": info["lm_config"],
-            "encoder_seeds": info.get("encoder_seeds", {})}  # decoder seed → the encoder draw (head seed) it read
+            "encoder_seeds": info["encoder_seeds"]}  # decoder seed → the encoder draw (head seed) it read
 
 
 def decoder_plot_table(reports: pd.DataFrame) -> pd.DataFrame:
@@ -305,7 +305,7 @@ def explore_preconditions(p: Params, hist: dict, info: dict, ev: EvidenceParams)
                      detail=f"dev compliance after instruction tuning, worst seed of {len(pre)} ({info['n_dev_instruction_items']} dev items each)"),
         precondition(EXPLORE_PRE[3], bool(np.isfinite(f1) and f1 >= p.claims.min_tool_f1), value=round(f1, 4), threshold=p.claims.min_tool_f1,
                      detail="mean entity-F1 of the tool's (region, type, size) findings against the test cases' truth, worst seed of "
-                            f"{len(info.get('tool_entity_f1_test_per_seed', {})) or 1} (seed i's tool: encoder draw head.seeds[i]'s specialists)"),
+                            f"{len(info['tool_entity_f1_test_per_seed'])} (seed i's tool: encoder draw head.seeds[i]'s specialists)"),
     ]
 
 
@@ -335,8 +335,8 @@ def explore_summary(comp: pd.DataFrame, tool: pd.DataFrame, domain: pd.DataFrame
                                          **{k: per_seed_mean(g, k) for k in ("n_matched", "n_missed", "n_hallucinated")}}
                                    for arm, g in tool.groupby("arm")},
             "tool_entity_f1_test": round(info["tool_entity_f1_test"], 4),
-            "tool_entity_f1_test_per_seed": {k: round(v, 4) for k, v in info.get("tool_entity_f1_test_per_seed", {}).items()},
-            "encoder_seeds": info.get("encoder_seeds", {}), "tool_examples": info["tool_examples"],
+            "tool_entity_f1_test_per_seed": {k: round(v, 4) for k, v in info["tool_entity_f1_test_per_seed"].items()},
+            "encoder_seeds": info["encoder_seeds"], "tool_examples": info["tool_examples"],
             "mix_share": info["mix_share"], "domain_paraphrase_rate": info["domain_paraphrase_rate"],
             "retention_fusion": info["retention_fusion"], "tool_fusion": info["tool_fusion"], "prompt_tokens": info["prompt_tokens"]}
 
