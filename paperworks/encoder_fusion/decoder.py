@@ -71,11 +71,17 @@ class ReportDecoder(nn.Module):
         return self.greedy_after(self.prefix_embeds(tok), bos_id, eos_id, max_new_tokens)
 
     @torch.no_grad()
-    def greedy_after(self, pre: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int) -> list[list[int]]:
-        """Greedy continuation of the embeddings ``pre`` (B, P, D) after ``<bos>``, with the KV cache."""
+    def greedy_after(self, pre: torch.Tensor, bos_id: int, eos_id: int, max_new_tokens: int,
+                     pre_mask: torch.Tensor | None = None) -> list[list[int]]:
+        """Greedy continuation of the embeddings ``pre`` (B, P, D) after ``<bos>``, with the KV cache. ``pre_mask``
+        (B, P; 0 = padding): masked positions are not attended and not counted in the positions (None: all attended)."""
         b = pre.shape[0]
         bos = self.lm.get_input_embeddings()(torch.full((b, 1), bos_id, dtype=torch.long))
-        out = self.lm(inputs_embeds=torch.cat([pre, bos], dim=1), use_cache=True)
+        masked = {}
+        if pre_mask is not None:
+            attn = torch.cat([pre_mask, torch.ones((b, 1), dtype=pre_mask.dtype)], dim=1)
+            masked = {"attention_mask": attn, "position_ids": positions(attn)}
+        out = self.lm(inputs_embeds=torch.cat([pre, bos], dim=1), use_cache=True, **masked)
         cache, rows = out.cache, [[] for _ in range(b)]
         done = torch.zeros(b, dtype=torch.bool)
         nxt = out.logits[:, -1].argmax(-1)
@@ -86,9 +92,18 @@ class ReportDecoder(nn.Module):
             done |= nxt == eos_id
             if bool(done.all()):
                 break
-            out = self.lm(input_ids=nxt[:, None], cache=cache, use_cache=True)
+            if masked:
+                attn = masked["attention_mask"]
+                masked = {"attention_mask": torch.cat([attn, torch.ones((b, 1), dtype=attn.dtype)], dim=1),
+                          "position_ids": masked["position_ids"][:, -1:] + 1}
+            out = self.lm(input_ids=nxt[:, None], cache=cache, use_cache=True, **masked)
             cache, nxt = out.cache, out.logits[:, -1].argmax(-1)
         return rows
+
+
+def positions(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids that count attended tokens only (a padding position repeats its predecessor's id; it is masked)."""
+    return (attention_mask.long().cumsum(1) - 1).clamp(min=0)
 
 
 def encode_reports(tokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,9 +2,10 @@
 
 Both use a :class:`PromptedDecoder`: the report decoder of :mod:`paperworks.encoder_fusion.decoder`
 (fusion module → projected visual prefix → ``core.lm`` decoder) with a **text prompt** between the visual
-prefix and ``<bos>``: [g² prefix tokens] [P prompt tokens] ``<bos>`` report ``<eos>``. Every prompt is
-left-padded with ``<pad>`` to the same width P, and the pads are attended (ordinary tokens), so "no prompt"
-(all pads) and any prompt put the report at the same positions; the loss is on the report and ``<eos>``.
+prefix and ``<bos>``: [g² prefix tokens] [P prompt tokens] ``<bos>`` report ``<eos>``. Prompts are left-padded
+with ``<pad>``; the pads are masked and not counted in the position ids, so an empty prompt is exactly the visual
+prefix then ``<bos>`` (as in the report decoder) and a batch is cut to its longest prompt (compute, not
+results: the pad width changes nothing up to float rounding). The loss is on the report and ``<eos>``.
 
 1. **Instruction retention** (MedIF-like, synthetic). Per seed, on one fusion:
    - *instruction tuning*: every training case as a plain item (empty prompt → its report) and as one item
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 
 from paperworks.core.lm import LMConfig
 from paperworks.core.lm.train import warmup_cosine
-from paperworks.encoder_fusion.decoder import ReportDecoder, _trim
+from paperworks.encoder_fusion.decoder import ReportDecoder, _trim, positions
 from paperworks.encoder_fusion.decoder import _rows as _case_rows  # the report decoder's own row gather
 from paperworks.encoder_fusion.instructions import complies
 from paperworks.encoder_fusion.models import patience_spent
@@ -45,16 +46,22 @@ def prompted_config(hidden_size: int, num_layers: int, num_heads: int, intermedi
 
 
 class PromptedDecoder(ReportDecoder):
-    """Visual prefix, then a left-padded text prompt, then ``<bos>`` + the report."""
+    """Visual prefix, then a left-padded text prompt, then ``<bos>`` + the report. The prompt's pads are masked
+    and the positions count attended tokens only, so how wide a prompt is padded changes nothing (up to float
+    rounding); each batch is cut to its longest prompt (an all-empty batch: no prompt columns at all)."""
 
-    def _context(self, tok: dict[str, torch.Tensor], prompt: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.prefix_embeds(tok), self.lm.get_input_embeddings()(prompt)], dim=1)
+    def _context(self, tok: dict[str, torch.Tensor], prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(embeddings, mask) of the visual prefix + the batch's prompt cut to its longest."""
+        prompt = trim_prompt(prompt, self.lm.config.pad_token_id)
+        pre = self.prefix_embeds(tok)
+        mask = torch.cat([torch.ones(pre.shape[:2], dtype=torch.long), (prompt != self.lm.config.pad_token_id).long()], dim=1)
+        return torch.cat([pre, self.lm.get_input_embeddings()(prompt)], dim=1), mask
 
     def forward(self, tok: dict[str, torch.Tensor], prompt: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        ctx = self._context(tok, prompt)
+        ctx, ctx_mask = self._context(tok, prompt)
         emb = torch.cat([ctx, self.lm.get_input_embeddings()(ids)], dim=1)
-        attn = torch.cat([torch.ones(ctx.shape[:2], dtype=mask.dtype), mask], dim=1)
-        out = self.lm(inputs_embeds=emb, attention_mask=attn, use_cache=False)
+        attn = torch.cat([ctx_mask, mask.long()], dim=1)
+        out = self.lm(inputs_embeds=emb, attention_mask=attn, position_ids=positions(attn), use_cache=False)
         k = ctx.shape[1]
         return out.logits[:, k:k + ids.shape[1] - 1].float()
 
@@ -68,7 +75,14 @@ class PromptedDecoder(ReportDecoder):
                  max_new_tokens: int) -> list[list[int]]:
         """Greedy, with the KV cache; token ids up to (not including) ``<eos>``."""
         self.eval()
-        return self.greedy_after(self._context(tok, prompt), bos_id, eos_id, max_new_tokens)
+        ctx, ctx_mask = self._context(tok, prompt)
+        return self.greedy_after(ctx, bos_id, eos_id, max_new_tokens, pre_mask=ctx_mask)
+
+
+def trim_prompt(prompt: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The left-padded prompts without the pad columns no row uses (width 0 when every prompt is empty)."""
+    width = int((prompt != pad_id).sum(1).max()) if prompt.numel() else 0
+    return prompt[:, prompt.shape[1] - width:]
 
 
 # ------------------------------------------------------------------ encoding

@@ -1,9 +1,11 @@
-"""The prompted report decoder: the prompt reaches the output, an all-pad prompt and a text prompt put the
-report at the same positions, and a short training teaches it to follow two format instructions."""
+"""The prompted report decoder: the prompt reaches the output, how wide a prompt is padded changes nothing (pads
+masked, positions over attended tokens only), an empty prompt is the plain report decoder, and a short training
+teaches it to follow two format instructions."""
 import numpy as np
 import torch
 
 from paperworks.core.lm import train_tokenizer
+from paperworks.encoder_fusion.decoder import ReportDecoder
 from paperworks.encoder_fusion.explore import (PromptedDecoder, compliance, encode_prompts, make_data, prompt_width,
                                                prompted_config, target_width, train_prompted)
 from paperworks.encoder_fusion.instructions import PROMPTS, render
@@ -41,6 +43,47 @@ def test_prompt_reaches_the_output_and_pads_on_the_left():
         logits = model(both, prompt, ids, mask)
     assert logits.shape[:2] == (2, ids.shape[1] - 1)
     assert not torch.allclose(logits[0], logits[1], atol=1e-4)   # same image and report, different prompt
+
+
+def test_pad_width_changes_neither_the_logits_nor_the_greedy_reports():
+    """Each row of a batch that mixes empty and long prompts gets the logits and report it gets alone (its prompt
+    unpadded), and padding every prompt 7 columns wider changes nothing. Attended pads or positions that count
+    pads would move the short rows (the model is trained a little so its outputs depend on its inputs)."""
+    kinds, targets, prompts, tok, pw, tw, cfg = _setup()
+    cfg = prompted_config(32, 1, 2, 64, 4, pw + 7, tw, 40)
+    tokens = _tokens(2, seed=4)
+    model = PromptedDecoder("cascade", DIMS, 12, 2, HEAD, cfg, len(tok), seed=3)
+    data = make_data(tok, np.arange(len(targets)) % 2, prompts, targets, pw, tw)
+    train_prompted(model, tokens, [(data, 1.0)], data, steps=40, batch_size=6, lr=1e-2, log_every=20, seed=0)
+    model.eval()
+    rows, prompt, ids, mask = data
+    wide = encode_prompts(tok, prompts, pw + 7)
+    assert wide.shape[1] == prompt.shape[1] + 7 and (wide[:, :7] == tok.pad_token_id).all()
+    tok_rows = {k: v[torch.as_tensor(rows)] for k, v in tokens.items()}
+    bos, eos = tok.bos_token_id, tok.eos_token_id
+    with torch.no_grad():
+        batch_logits = model(tok_rows, wide, ids, mask)
+        assert torch.allclose(batch_logits, model(tok_rows, prompt, ids, mask), atol=1e-5)
+        batch_reports = model.generate(tok_rows, wide, bos, eos, 30)
+        for i, text in enumerate(prompts):
+            one = {k: v[i:i + 1] for k, v in tok_rows.items()}
+            own = encode_prompts(tok, [text], prompt_width(tok, [text]) if text else 0)
+            n = int(mask[i].sum())
+            alone = model(one, own, ids[i:i + 1, :n], mask[i:i + 1, :n])
+            assert torch.allclose(batch_logits[i, :n - 1], alone[0], atol=1e-4), (i, text)
+            assert batch_reports[i] == model.generate(one, own, bos, eos, 30)[0], (i, text)
+
+
+def test_empty_prompt_is_the_plain_report_decoder():
+    """Same seed, same weights: an all-pad prompt gives the logits of ``ReportDecoder`` with no prompt at all."""
+    kinds, targets, prompts, tok, pw, tw, cfg = _setup()
+    prompted = PromptedDecoder("parallel", DIMS, 12, 2, HEAD, cfg, len(tok), seed=5).eval()
+    plain = ReportDecoder("parallel", DIMS, 12, 2, HEAD, cfg, len(tok), seed=5).eval()
+    plain.load_state_dict(prompted.state_dict())
+    rows, prompt, ids, mask = make_data(tok, np.array([0, 1]), ["", ""], REPORTS, pw, tw)
+    t = _tokens(2, seed=6)
+    with torch.no_grad():
+        assert torch.allclose(prompted(t, prompt, ids, mask), plain(t, ids, mask), atol=1e-5)
 
 
 def test_short_training_teaches_two_format_instructions():
