@@ -122,6 +122,8 @@ class VolumeParams(StrictModel):
     batch_size: int = Field(16, ge=2, le=1024, description="volumes per step (every question of each)")
     lr: float = Field(3e-3, gt=0, le=1)
     log_every: int = Field(20, ge=1, le=10_000)
+    patience: int | None = Field(None, ge=1, le=100_000, description=(
+        "stop once this many steps pass without a better dev accuracy (null: train all ``steps``); the heads' rule"))
 
     @model_validator(mode="after")
     def _check(self) -> "VolumeParams":

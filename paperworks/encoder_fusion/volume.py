@@ -33,6 +33,7 @@ from torch import nn
 from paperworks.core.io import ArtifactError, load_safetensors, read_json
 from paperworks.core.seeding import derive_seed
 from paperworks.core.vision.encoders import EncoderConfig, PatchifyEncoder2D, PatchifyEncoder3D
+from paperworks.encoder_fusion.models import patience_spent
 from paperworks.encoder_fusion.params import VOLUME_ARMS, VolumeParams
 
 VOLUME_REGIONS = ("right upper lobe", "left upper lobe", "right lower lobe", "left lower lobe")  # r = 2·row + col
@@ -230,7 +231,8 @@ def predict_volumes(model: VolumeVQA, vols: np.ndarray, batch: int = 64) -> torc
 def train_volume(model: VolumeVQA, train_vols: np.ndarray, train_ans: np.ndarray, dev_vols: np.ndarray, dev_ans: np.ndarray,
                  p: VolumeParams, seed: int) -> list[dict]:
     """AdamW + cosine; dev loss / accuracy every ``log_every`` steps (the plateau curve); ends at the
-    best dev-accuracy checkpoint (earliest on ties, marked ``selected``)."""
+    best dev-accuracy checkpoint (earliest on ties, marked ``selected``). With ``p.patience`` set, training stops once
+    that many steps pass without a better dev accuracy (the schedule stays the one of ``p.steps``), as the heads do."""
     rng = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, s / p.steps))))
@@ -247,7 +249,7 @@ def train_volume(model: VolumeVQA, train_vols: np.ndarray, train_ans: np.ndarray
                 for row in history:
                     row["selected"] = row is history[-1]
             model.train()
-        if step == p.steps:
+        if step == p.steps or patience_spent(history, step, p.patience):
             break
         idx = rng.choice(len(train_vols), size=min(p.batch_size, len(train_vols)), replace=False)
         logits = model(torch.from_numpy(train_vols[idx]))

@@ -173,3 +173,42 @@ def test_thin_recall_table_and_precondition():
     pre = report.volume_preconditions(p, world, {}, EvidenceParams())
     assert pre[0]["name"] == "sampled slices miss thin lesions" and pre[0]["passed"] is False
     assert report.volume_preconditions(p, {**world, "thin_missed_share": 0.6}, {}, EvidenceParams())[0]["passed"] is True
+
+
+def test_volume_training_stops_once_its_patience_is_spent(monkeypatch):
+    """Scripted dev accuracies, best at step 3 and tied later (earliest on ties): patience 6 with a check every 3
+    steps stops at step 9 and keeps step 3; without patience all 30 steps run."""
+    from paperworks.encoder_fusion import volume
+    from paperworks.encoder_fusion.volume import N_QUESTIONS, train_volume
+
+    n = 4
+    dev_ans = np.zeros((n, N_QUESTIONS), dtype=np.int64)
+
+    def scripted(accuracies):
+        it = iter(accuracies)
+
+        def predict(model, vols, batch=64):
+            right = int(round(next(it) * n * N_QUESTIONS))
+            logits = torch.zeros(n, N_QUESTIONS, len(VOLUME_ANSWERS))
+            logits[..., 1] = 1.0                                   # wrong (answer 0) …
+            logits.view(-1, len(VOLUME_ANSWERS))[:right, 0] = 2.0  # … except the first `right` questions
+            return logits
+        return predict
+
+    vols = np.zeros((n, P.depth, P.size, P.size), dtype=np.uint8)
+    train_ans = np.zeros((n, N_QUESTIONS), dtype=np.int64)
+    curve = [0.25, 0.75, 0.5, 0.75, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
+    monkeypatch.setattr(volume, "predict_volumes", scripted(curve))
+    p = P.model_copy(update={"steps": 30, "log_every": 3, "patience": 6})
+    torch.manual_seed(0)
+    hist = train_volume(VolumeVQA("sampled", p), vols, train_ans, vols, dev_ans, p, seed=0)
+    assert [r["step"] for r in hist] == [0, 3, 6, 9]
+    assert [r["step"] for r in hist if r["selected"]] == [3]
+    monkeypatch.setattr(volume, "predict_volumes", scripted(curve))
+    p = p.model_copy(update={"patience": None})
+    hist = train_volume(VolumeVQA("sampled", p), vols, train_ans, vols, dev_ans, p, seed=0)
+    assert [r["step"] for r in hist][-1] == 30
+
+
+def test_volume_patience_must_be_positive():
+    assert "patience" in _error({"patience": 0})
