@@ -36,7 +36,7 @@ def main() -> None:
     comps = [rand(47) for _ in range(256)]  # 1 + 16 + 47 + 1 = 65 ≈ seq 64
     data = encode_sft(tok, prompts, comps, 128)
     print(f"threads={args.threads}  vocab={len(tok)}")
-    print(f"| model | params | train tok/s | gen tok/s |\n| --- | ---: | ---: | ---: |")
+    print("| model | params | train tok/s | gen tok/s |\n| --- | ---: | ---: | ---: |")
     for name, cfg in SIZES.items():
         model = build_model(cfg, len(tok), seed=0)
         n_params = sum(p.numel() for p in model.parameters())

@@ -48,7 +48,6 @@ conversation's previous turn finished; latency from then). Reported: prefill tok
 from __future__ import annotations
 
 import argparse
-import copy
 import os
 import platform
 import time

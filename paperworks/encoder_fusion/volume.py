@@ -168,7 +168,6 @@ class VolumeVQA(nn.Module):
         if arm not in VOLUME_ARMS:
             raise ValueError(f"arm '{arm}': allowed {', '.join(VOLUME_ARMS)}")
         self.arm, d, c = arm, p.d_model, p.widths[-1]
-        grid = p.size // 16
         if arm == "encoder3d":
             self.encoder = PatchifyEncoder3D(EncoderConfig(in_channels=1, widths=tuple(p.widths), strides=(2, 2),
                                                            embed_dim=c, depth_patch=1))

@@ -15,7 +15,6 @@ import time
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import torch
 
 from paperworks.core.io import atomic_path, write_json, write_parquet, write_run_log
 from paperworks.core.lm import save_tokenizer, train_tokenizer

@@ -12,7 +12,7 @@ import torch
 
 from paperworks.core.io import ArtifactError, write_json, write_parquet
 from paperworks.core.params import ParamsError, validate_section
-from paperworks.core.render.scene import SHAPES, Scene
+from paperworks.core.render.scene import Scene
 from paperworks.eval_agent import t2v_report, video_tools
 from paperworks.eval_agent.artifacts import OUTCOME_SCHEMA, read_t2v
 from paperworks.eval_agent.params import VDIMS, Params, T2VParams, ToolParams, ZooParams

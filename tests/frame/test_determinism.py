@@ -7,7 +7,6 @@ reseeded per process) and wall times written into outputs.
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path

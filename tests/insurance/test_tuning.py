@@ -4,7 +4,6 @@ from __future__ import annotations
 import time
 
 import optuna
-import pytest
 from optuna.trial import TrialState
 
 from paperworks.insurance import tuning

@@ -93,7 +93,7 @@ def test_blind_twins_are_planted_as_declared_and_invisible_to_every_expert():
     the full caption mentions: the experts' inputs (cloze slots, facet views) are the same for both."""
     from paperworks.core.render import PedestrianSpec
 
-    from paperworks.person_search.data import BLIND_ATTRS, ItemSpec, attribute_keys, blind_twin_targets, edit_shares
+    from paperworks.person_search.data import BLIND_ATTRS, attribute_keys, blind_twin_targets, edit_shares
     from paperworks.person_search.text import caption, parse_query
 
     cfg = CorpusConfig(n_train_families=20, family_size=4, n_targets=40, distractor_ratio=5.0, val_fraction=0.3,

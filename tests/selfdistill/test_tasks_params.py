@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import itertools
 import subprocess
 import sys
 
