@@ -55,10 +55,21 @@ def read_outcomes(root: Path = BENCH) -> pd.DataFrame:
         raise ArtifactError(f"{root / 'outcomes.parquet'}: {int(bad.sum())} verdicts are not 0/1")
     return df
 
-PLANNER = DATA / "planner"
-PLANNER_WEIGHTS = MODELS / "planner.safetensors"
-PLANNER_TOKENIZER = MODELS / "planner_tokenizer.json"
-LIVE_PLANNER = PLOTS / "live_planner"
+PLANNER = DATA / "planner"   # one directory per planner training draw (eval_agent.planner.seeds): seed_<s>/
+
+
+def planner_dir(seed: int) -> Path:
+    return PLANNER / f"seed_{seed}"
+
+
+def planner_models(seed: int) -> Path:
+    return MODELS / "planner" / f"seed_{seed}"
+
+
+def planner_live(seed: int) -> Path:
+    return PLOTS / "planner" / f"seed_{seed}" / "live_planner"
+
+
 RECORD_SCHEMA = pa.schema([("split", pa.string()), ("generator", pa.string()), ("dim", pa.string()), ("repeat", pa.int64()),
                            ("step", pa.int64()), ("instruction", pa.string()), ("history", pa.string()), ("observation", pa.string()),
                            ("reasoning", pa.string()), ("action", pa.string()), ("prompt", pa.string()), ("completion", pa.string())])
@@ -68,7 +79,7 @@ ROLLOUT_SCHEMA = pa.schema([("model", pa.string()), ("family", pa.string()), ("r
                             ("retried_ok", pa.int64()), ("fallbacks", pa.int64())])
 
 
-def read_rollouts(root: Path = PLANNER) -> pd.DataFrame:
+def read_rollouts(root: Path) -> pd.DataFrame:
     df = read_parquet(root / "rollouts.parquet", ROLLOUT_SCHEMA)
     bad = (df["invalid"] != df["retried_ok"] + df["fallbacks"]) | (df["invalid"] > df["decisions"]) | ~df["level"].between(0, 4)
     if bad.any():

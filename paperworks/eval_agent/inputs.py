@@ -7,13 +7,13 @@ from pathlib import Path
 import pandas as pd
 
 from paperworks.core.io import ArtifactError, read_json
-from paperworks.eval_agent.artifacts import PLANNER, TOOLS
+from paperworks.eval_agent.artifacts import TOOLS
 
 
 ACTION_KEYS = ("records", "decisions", "invalid", "retried_ok", "fallbacks", "refusals", "invalid_log")
 
 
-def read_actions(rollouts: pd.DataFrame, root: Path = PLANNER) -> dict:
+def read_actions(rollouts: pd.DataFrame, root: Path) -> dict:
     """The planner stage's action record, checked against the rollouts: its totals must be the per-session counts' sums
     and its refusals per kind must add up to the invalid first tries (first try) and the fallbacks (refused retries)."""
     path = root / "actions.json"

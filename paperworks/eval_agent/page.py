@@ -209,7 +209,8 @@ def measured_block(m: dict, open_record: dict | None = None) -> str:
             lines.append(f"| {role} | {c['stated']} | {_f(c['level_is_truth'])} | {_f(c['level_is_pool_level'])} |")
     at = m.get("attribution")
     if at:
-        lines += ["", "Errors (level ≠ the renderer's full-benchmark level) and who made them — sequential: trained planner "
+        seed_note = f" (trained planner: training draw seed {at['planner_seed']})" if "planner_seed" in at else ""
+        lines += ["", f"Errors (level ≠ the renderer's full-benchmark level) and who made them{seed_note} — sequential: trained planner "
                       "(the scripted one is right on the same tool verdicts) → tools (the scripted one replayed with the "
                       "renderer's verdicts is right) → sampling and stopping (still wrong):", "",
                   "| role | planner | sessions | right | trained planner | tools | sampling and stopping |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -223,7 +224,8 @@ def measured_block(m: dict, open_record: dict | None = None) -> str:
     pl = m.get("planner", {})
     if pl.get("refusals") is not None:
         kinds = "; ".join(f"{k} {v['first_try']} first tries / {v['retry']} retries" for k, v in pl["refusals"].items()) or "none"
-        lines += ["", f"Trained planner's refused actions by kind (every session): {kinds}."]
+        draws = f" of its {pl['draws']} training draws" if pl.get("draws") else ""
+        lines += ["", f"Trained planner's refused actions by kind (every session{draws}): {kinds}."]
     return "\n".join(lines) + "\n"
 
 

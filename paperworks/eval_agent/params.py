@@ -60,6 +60,8 @@ class AgentParams(StrictModel):
 class PlannerParams(StrictModel):
     """The trained planner: step records of scripted sessions on population generators → SFT of a tiny ``core/lm`` model."""
 
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2], min_length=1, max_length=20, description=(
+        "planner training draws (stage eval_agent_planner@<seed>): the clusters of the planner claims"))
     trace_repeats: int = Field(4, ge=1, le=200, description="scripted sessions per (population generator, dimension) that become step records")
     heldout_generators: int = Field(2, ge=1, le=100, description="population generators whose records only feed the held-out loss curve")
     vocab_size: int = Field(320, ge=0, le=4000, description="BPE vocabulary (0 = characters only)")

@@ -21,6 +21,19 @@ FRAMES = DATA / "frames"
 INFER = DATA / "infer"
 
 
+# one directory per training seed (params video_qa.seeds): matrix stages video_qa_train@<seed>, video_qa_infer@<seed>
+def seed_models(seed: int) -> Path:
+    return MODELS / f"seed_{seed}"
+
+
+def seed_infer(seed: int) -> Path:
+    return INFER / f"seed_{seed}"
+
+
+def seed_plots(seed: int) -> Path:
+    return PLOTS / f"seed_{seed}"
+
+
 def read_world(root: Path = WORLD):
     """Videos (with parsed specs) and questions; a spec that does not validate is an ``ArtifactError``."""
     videos = read_parquet(root / "videos.parquet", VIDEO_SCHEMA)

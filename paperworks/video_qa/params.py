@@ -127,6 +127,10 @@ class ClaimsParams(StrictModel):
 
 
 class Params(StrictModel):
+    # Training draws of the answerer and the scorer: stages video_qa_train@<seed> and video_qa_infer@<seed>, and the
+    # clusters of every claim (the policies share one draw's models, so only repeating the draw shows training
+    # variance). The encoder is one draw, frozen, as the paper's pretrained backbone is.
+    seeds: list[int] = Field(min_length=1, max_length=20)
     world: WorldParams
     encoder: EncoderParams
     answerer: AnswererParams

@@ -39,9 +39,16 @@ CONVERGED = "every trained model converged"
 ORACLE = "oracle window gains on local questions"
 CROP = "cropping costs on global questions"
 SPLITS_GATE = "the gate exits some test questions and routes others"
-CURVES = {"encoder": "plots/video_qa/live_encoder/plots/metrics/heldout_loss.tsv",   # held-out scenes: memorising is not progress
-          "answerer": "plots/video_qa/live_answerer/plots/metrics/loss.tsv",
-          "scorer": "plots/video_qa/live_scorer/plots/metrics/loss.tsv"}
+ENCODER_CURVE = "plots/video_qa/live_encoder/plots/metrics/heldout_loss.tsv"   # held-out scenes: memorising is not progress
+
+
+def training_curves(seeds) -> dict[str, str]:
+    """The curve the plateau check reads of every trained model: the encoder and each draw's answerer and scorer."""
+    out = {"encoder": ENCODER_CURVE}
+    for s in seeds:
+        out[f"answerer (seed {s})"] = f"plots/video_qa/seed_{s}/live_answerer/plots/metrics/loss.tsv"
+        out[f"scorer (seed {s})"] = f"plots/video_qa/seed_{s}/live_scorer/plots/metrics/loss.tsv"
+    return out
 
 
 def results_frame(records: list[dict]) -> pd.DataFrame:
@@ -133,6 +140,11 @@ def evaluate(df: pd.DataFrame, p: Params, seed: int) -> Evaluation:
     return Evaluation(temperature, tau, correct, frames, calls, exits, sweep, test, dev)
 
 
+def accuracy_vs_tau_all(evals: dict[int, Evaluation], p: Params) -> pd.DataFrame:
+    """:func:`accuracy_vs_tau` of every training draw, with a ``seed`` column."""
+    return pd.concat([accuracy_vs_tau(e, p).assign(seed=s) for s, e in sorted(evals.items())], ignore_index=True)
+
+
 def accuracy_vs_tau(e: Evaluation, p: Params) -> pd.DataFrame:
     """Gated accuracy, exit share, frames and CPU-ms per question for a grid of τ, on dev and test."""
     taus = np.unique(np.append(np.linspace(0, 1, p.gate.sweep_points), [e.tau, p.gate.paper_tau]))
@@ -150,21 +162,25 @@ def accuracy_vs_tau(e: Evaluation, p: Params) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def reliability_frame(e: Evaluation, p: Params) -> pd.DataFrame:
+def reliability_frame(evals: dict[int, Evaluation], p: Params) -> pd.DataFrame:
+    """Reliability bins of the global pass on test, the draws' questions pooled (each draw scaled by its own
+    dev-fitted temperature)."""
     out = []
-    for label, t in (("raw", 1.0), ("temperature", e.temperature)):
-        c = confidence_signals(e.test.logits["stage1"], t)
-        out.append(reliability_bins(c.max_prob, c.prediction == e.test.answer, p.gate.reliability_bins).to_frame().assign(scaling=label))
+    for label in ("raw", "temperature"):
+        cs = [confidence_signals(e.test.logits["stage1"], 1.0 if label == "raw" else e.temperature) for e in evals.values()]
+        conf = np.concatenate([c.max_prob for c in cs])
+        right = np.concatenate([c.prediction == e.test.answer for c, e in zip(cs, evals.values())])
+        out.append(reliability_bins(conf, right, p.gate.reliability_bins).to_frame().assign(scaling=label))
     return pd.concat(out, ignore_index=True)
 
 
 # ---------------------------------------------------------------- evidence standard
-def question_units(e: Evaluation) -> dict[str, pd.DataFrame]:
-    """Test correctness per (policy, question), questions nested in their video: a video's questions
-    share its script and rendering, so the interval is over videos (two-level bootstrap). One training
-    run of each model: intervals are conditional on that run (the track page says so)."""
-    rows = [{"arm": pol, "cluster": vid, "unit": q, "value": float(v)}
-            for pol in POLICIES for q, vid, v in zip(e.test.qid, e.test.video, e.correct[pol])]
+def question_units(evals: dict[int, Evaluation]) -> dict[str, pd.DataFrame]:
+    """Test correctness per (policy, training draw, question): the cluster is the draw (``seed_<s>``), the
+    level at which the answerer and the scorer were trained independently; the test questions are nested in
+    it (every draw answers the same questions, so the interval covers retraining, not new videos)."""
+    rows = [{"arm": pol, "cluster": f"seed_{s}", "unit": q, "value": float(v)}
+            for s, e in sorted(evals.items()) for pol in POLICIES for q, v in zip(e.test.qid, e.correct[pol])]
     return {"accuracy": unit_table(rows)}
 
 
@@ -172,39 +188,49 @@ def _acc(correct: np.ndarray, mask: np.ndarray) -> float | None:
     return float(correct[mask].mean()) if mask.any() else None
 
 
-def preconditions(e: Evaluation, p: Params, curves: dict[str, list[float]], ev: EvidenceParams) -> list[dict]:
-    t = e.test
-    local, glob = t.qtype == "local", t.qtype == "global"
-    s1, oracle, crop = t.correct("stage1"), t.correct("oracle_window"), t.correct("random_crop")
+def _every_draw(name: str, values: dict[int, float | None], passes, threshold, what: str) -> dict:
+    """One precondition over the training draws: met when every draw's value passes; the value is the worst draw's."""
+    known = [v for v in values.values() if v is not None]
+    passed = len(known) == len(values) and all(passes(v) for v in known)
+    shown = ", ".join(f"seed {s} {'–' if v is None else f'{v:.3f}'}" for s, v in sorted(values.items()))
+    worst = None if not known else round(min(known), 4)
+    return precondition(name, passed, value=worst, threshold=threshold, detail=f"{what} per draw: {shown}")
+
+
+def preconditions(evals: dict[int, Evaluation], p: Params, curves: dict[str, list[float]], ev: EvidenceParams) -> list[dict]:
+    """The track's preconditions, each required of every training draw (a claim over draws rests on all of them)."""
     out = []
     trained = []
     for name, curve in sorted(curves.items()):
         trained.append(convergence(f"{name} loss plateaued", curve, ev))
         trained.append(learned(f"{name} loss left its start", curve, p.claims.min_rel_improvement, ev))
     out.append(combine(CONVERGED, trained, "training checks"))
-    a_s1, a_or = _acc(s1, local), _acc(oracle, local)
-    gain = None if a_s1 is None else a_or - a_s1
-    out.append(precondition(ORACLE, gain is not None and gain >= p.claims.min_local_gain,
-                            value=None if gain is None else round(gain, 4), threshold=p.claims.min_local_gain,
-                            detail=("no local test questions" if gain is None else
-                                    f"local questions (n={int(local.sum())}): global pass {a_s1:.3f}, "
-                                    f"oracle window of {p.pipeline.window_frames} frames {a_or:.3f}")))
-    a_g, a_c = _acc(s1, glob), _acc(crop, glob)
-    cost = None if a_g is None else a_g - a_c
-    out.append(precondition(CROP, cost is not None and cost >= p.claims.min_crop_cost,
-                            value=None if cost is None else round(cost, 4), threshold=p.claims.min_crop_cost,
-                            detail=("no global test questions" if cost is None else
-                                    f"global questions (n={int(glob.sum())}): global pass {a_g:.3f}, "
-                                    f"random crop of {p.pipeline.window_frames} frames {a_c:.3f}")))
-    share = float(e.exits["cader"].mean())
-    out.append(precondition(SPLITS_GATE, 0.0 < share < 1.0, value=round(share, 4), threshold="strictly between 0 and 1",
-                            detail=f"test exit share at the dev-chosen τ={e.tau:.4g}: {share:.3f}"))
+    gain, cost, share = {}, {}, {}
+    for s, e in evals.items():
+        t = e.test
+        local, glob = t.qtype == "local", t.qtype == "global"
+        s1 = t.correct("stage1")
+        a_s1, a_or = _acc(s1, local), _acc(t.correct("oracle_window"), local)
+        gain[s] = None if a_s1 is None else a_or - a_s1
+        a_g, a_c = _acc(s1, glob), _acc(t.correct("random_crop"), glob)
+        cost[s] = None if a_g is None else a_g - a_c
+        share[s] = float(e.exits["cader"].mean())
+    t = next(iter(evals.values())).test
+    n_local, n_global = int((t.qtype == "local").sum()), int((t.qtype == "global").sum())
+    out.append(_every_draw(ORACLE, gain, lambda v: v >= p.claims.min_local_gain, p.claims.min_local_gain,
+                           f"oracle window of {p.pipeline.window_frames} frames minus the global pass on local questions "
+                           f"(n={n_local})"))
+    out.append(_every_draw(CROP, cost, lambda v: v >= p.claims.min_crop_cost, p.claims.min_crop_cost,
+                           f"global pass minus a random crop of {p.pipeline.window_frames} frames on global questions "
+                           f"(n={n_global})"))
+    out.append(_every_draw(SPLITS_GATE, share, lambda v: 0.0 < v < 1.0, "strictly between 0 and 1",
+                           "test exit share at each draw's dev-chosen τ"))
     return out
 
 
 def claim_specs(p: Params) -> list[ClaimSpec]:
     pp = p.pipeline
-    common = dict(table="accuracy", metric="test accuracy", unit="question", cluster="video")
+    common = dict(table="accuracy", metric="test accuracy", unit="question", cluster="seed")
     gate = f"margin gate (τ chosen on dev) in front of stage 2 (≤ {pp.max_rounds} windows of {pp.window_frames} frames)"
     router = (CONVERGED, SPLITS_GATE)
     return [
@@ -230,8 +256,7 @@ def claim_specs(p: Params) -> list[ClaimSpec]:
     ]
 
 
-def summary(e: Evaluation, p: Params) -> dict:
-    """Per policy: accuracy (all and by question type), exit share, frames and CPU-ms per question."""
+def _summary_one(e: Evaluation, p: Params) -> dict:
     t = e.test
     out = {}
     for pol in POLICIES:
@@ -239,31 +264,63 @@ def summary(e: Evaluation, p: Params) -> dict:
                "frames": float(e.frames[pol].mean()), "cpu_ms": float(cpu_ms(e.frames[pol], e.calls[pol], p.cost).mean())}
         for qt in sorted(set(t.qtype)):
             row[f"accuracy_{qt}"] = float(e.correct[pol][t.qtype == qt].mean())
-        out[pol] = {k: round(v, 4) for k, v in row.items()}
+        out[pol] = row
     for v in ("oracle_window", "random_crop"):
-        out[v] = {"accuracy": round(float(t.correct(v).mean()), 4),
-                  **{f"accuracy_{qt}": round(float(t.correct(v)[t.qtype == qt].mean()), 4) for qt in sorted(set(t.qtype))}}
+        out[v] = {"accuracy": float(t.correct(v).mean()),
+                  **{f"accuracy_{qt}": float(t.correct(v)[t.qtype == qt].mean()) for qt in sorted(set(t.qtype))}}
     return out
 
 
-def gate_block(e: Evaluation, p: Params) -> dict:
+def _mean_over_draws(blocks: list[dict]) -> dict:
+    """Key by key, the mean over the draws' values (None where no draw has one), rounded to 4 places."""
+    out = {}
+    for k in blocks[0]:
+        vals = [b[k] for b in blocks if b[k] is not None]
+        out[k] = None if not vals else round(float(np.mean(vals)), 4)
+    return out
+
+
+def summary(evals: dict[int, Evaluation], p: Params) -> dict:
+    """Per policy: test accuracy (all and by question type), exit share, frames and CPU-ms per question, each the
+    mean over the training draws."""
+    per = [_summary_one(e, p) for e in evals.values()]
+    return {pol: _mean_over_draws([d[pol] for d in per]) for pol in per[0]}
+
+
+def _gate_one(e: Evaluation, p: Params) -> dict:
     t = e.test
     raw, scaled = (confidence_signals(t.logits["stage1"], T) for T in (1.0, e.temperature))
     c1 = scaled.prediction == t.answer
     paper = scaled.margin >= p.gate.paper_tau
     evid = np.isin(t.qtype, ["local", "counting"])
     return {
-        "temperature": round(e.temperature, 4), "tau_dev": round(e.tau, 4), "tau_paper": p.gate.paper_tau,
-        "exit_share_test": round(float(e.exits["cader"].mean()), 4),
-        "exit_accuracy_test": None if not e.exits["cader"].any() else round(float(c1[e.exits["cader"]].mean()), 4),
-        "accuracy_at_paper_tau": round(float(np.where(paper, c1, t.correct("stage2")).mean()), 4),
-        "exit_share_at_paper_tau": round(float(paper.mean()), 4),
-        "ece_raw": round(expected_calibration_error(raw.max_prob, raw.prediction == t.answer, p.gate.reliability_bins), 4),
-        "ece_scaled": round(expected_calibration_error(scaled.max_prob, c1, p.gate.reliability_bins), 4),
-        "grounding_hit_local_counting": None if not evid.any() else round(float(t.hit["stage2"][evid].mean()), 4),
-        "check_passed_share": round(float(t.passed["stage2"].mean()), 4),
-        "n_dev_questions": int(len(e.dev.qid)), "n_test_questions": int(len(t.qid)),
+        "temperature": e.temperature, "tau_dev": e.tau, "exit_share_test": float(e.exits["cader"].mean()),
+        "exit_accuracy_test": None if not e.exits["cader"].any() else float(c1[e.exits["cader"]].mean()),
+        "accuracy_at_paper_tau": float(np.where(paper, c1, t.correct("stage2")).mean()),
+        "exit_share_at_paper_tau": float(paper.mean()),
+        "ece_raw": expected_calibration_error(raw.max_prob, raw.prediction == t.answer, p.gate.reliability_bins),
+        "ece_scaled": expected_calibration_error(scaled.max_prob, c1, p.gate.reliability_bins),
+        "grounding_hit_local_counting": None if not evid.any() else float(t.hit["stage2"][evid].mean()),
+        "check_passed_share": float(t.passed["stage2"].mean()),
     }
+
+
+def gate_block(evals: dict[int, Evaluation], p: Params) -> dict:
+    """The gate of every training draw (``by_seed``) and, at the top level, the mean over the draws."""
+    by_seed = {str(s): _gate_one(e, p) for s, e in sorted(evals.items())}
+    e = next(iter(evals.values()))
+    return {**_mean_over_draws(list(by_seed.values())), "tau_paper": p.gate.paper_tau, "draws": len(evals),
+            "n_dev_questions": int(len(e.dev.qid)), "n_test_questions": int(len(e.test.qid)),
+            "by_seed": {s: {k: None if v is None else round(float(v), 4) for k, v in b.items()} for s, b in by_seed.items()}}
+
+
+def relevance_check_block(checks: dict[int, dict]) -> dict:
+    """Each draw's fitted relevance-check threshold (its scorer's), and their mean."""
+    thresholds = [c["relevance_threshold"] for c in checks.values()]
+    return {"relevance_threshold_mean": round(float(np.mean(thresholds)), 4),
+            "fitted_every_draw": all(c.get("fitted", False) for c in checks.values()),
+            "base_rate": next((c["base_rate"] for c in checks.values() if "base_rate" in c), None),
+            "by_seed": {str(s): c for s, c in sorted(checks.items())}}
 
 
 # ---------------------------------------------------------------- figures
@@ -276,15 +333,20 @@ def _plt():
     return plt
 
 
-def plot_accuracy_vs_tau(curve: pd.DataFrame, e: Evaluation, p: Params, path) -> None:
+def plot_accuracy_vs_tau(curve: pd.DataFrame, evals: dict[int, Evaluation], p: Params, path) -> None:
+    """Every training draw's curves (dev dashed, test solid) and dev-chosen τ."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4))
     ax2 = ax.twinx()
-    for split, style in (("dev", "--"), ("test", "-")):
-        g = curve[curve["split"] == split]
-        ax.plot(g["tau"], g["accuracy"], style, color="tab:blue", label=f"gated accuracy ({split})")
-        ax2.plot(g["tau"], g["exit_share"], style, color="tab:orange", label=f"exit share ({split})")
-    ax.axvline(e.tau, color="tab:green", lw=1, label=f"τ chosen on dev ({e.tau:.3g})")
+    for i, (seed, e) in enumerate(sorted(evals.items())):
+        for split, style in (("dev", "--"), ("test", "-")):
+            g = curve[(curve["split"] == split) & (curve["seed"] == seed)]
+            first = i == 0
+            ax.plot(g["tau"], g["accuracy"], style, color="tab:blue", alpha=0.6, lw=1,
+                    label=f"gated accuracy ({split})" if first else None)
+            ax2.plot(g["tau"], g["exit_share"], style, color="tab:orange", alpha=0.6, lw=1,
+                     label=f"exit share ({split})" if first else None)
+        ax.axvline(e.tau, color="tab:green", lw=1, alpha=0.6, label="τ chosen on dev (one line per draw)" if i == 0 else None)
     ax.axvline(p.gate.paper_tau, color="grey", lw=1, ls=":", label=f"paper τ ({p.gate.paper_tau:g})")
     ax.set_xlabel("τ (exit when temperature-scaled margin p1 − p2 ≥ τ)")
     ax.set_ylabel("accuracy", color="tab:blue")
@@ -293,7 +355,8 @@ def plot_accuracy_vs_tau(curve: pd.DataFrame, e: Evaluation, p: Params, path) ->
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="lower left")
-    ax.set_title("Accuracy and exit share vs τ (τ = 1: always stage 2 … τ = 0: global only)", fontsize=9)
+    ax.set_title(f"Accuracy and exit share vs τ, {len(evals)} training draws (τ = 1: always stage 2 … τ = 0: global only)",
+                 fontsize=9)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")
@@ -309,7 +372,7 @@ def plot_reliability(rel: pd.DataFrame, path) -> None:
         ax.plot(g["confidence"], g["accuracy"], marker="o", label=label)
     ax.set_xlabel("stage-1 confidence (max probability)")
     ax.set_ylabel("accuracy")
-    ax.set_title("Reliability of the global pass (test)", fontsize=9)
+    ax.set_title("Reliability of the global pass (test, the draws pooled)", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

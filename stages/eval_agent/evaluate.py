@@ -3,17 +3,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from paperworks.core.claims import claim_summary, evaluate_claims, evidence_block, live_curve, load_evidence, write_unit_tables
 from paperworks.core.io import atomic_path, write_json, write_text
 from paperworks.core.params import global_seed, load_section, read_params_file
 from paperworks.core.stage import stage_main
 from paperworks.core.io import ArtifactError
 from paperworks.eval_agent import diagnostics, queries, report
-from paperworks.eval_agent.artifacts import PLOTS, read_outcomes, read_rollouts, read_t2v, read_zoo
+from paperworks.eval_agent.artifacts import PLOTS, planner_dir, read_outcomes, read_rollouts, read_t2v, read_zoo
 from paperworks.eval_agent.inputs import read_actions, read_tool_accuracy
 from paperworks.eval_agent.params import Params
 
 METRICS = Path("metrics/eval_agent.json")
+
+
+def _summed_refusals(tables) -> dict:
+    """The planner draws' refused actions per kind, summed (first tries and retries)."""
+    out: dict[str, dict[str, int]] = {}
+    for table in tables:
+        for kind, v in table.items():
+            k = out.setdefault(kind, {"first_try": 0, "retry": 0})
+            k["first_try"] += int(v["first_try"])
+            k["retry"] += int(v["retry"])
+    return dict(sorted(out.items()))
 
 
 @stage_main
@@ -28,10 +41,13 @@ def main() -> None:
     units = report.session_units(sessions)
     mode_tables, modes = report.mode_units(sessions, p.zoo.dims, seed)
     units.update(mode_tables)
-    rollouts = read_rollouts()
-    actions = read_actions(rollouts)
-    planner = report.planner_sessions(sessions, rollouts)
-    examples = report.attach_planner(examples, rollouts, actions["invalid_log"])
+    # every planner training draw plays the scripted agent's sessions; the first draw's rollouts are the examples' and the
+    # error attribution's (one planner per session there)
+    rollouts = {s: read_rollouts(planner_dir(s)) for s in p.planner.seeds}
+    actions = {s: read_actions(r, planner_dir(s)) for s, r in rollouts.items()}
+    first = p.planner.seeds[0]
+    planner = pd.concat([report.planner_sessions(sessions, r).assign(planner_seed=s) for s, r in rollouts.items()], ignore_index=True)
+    examples = report.attach_planner(examples, rollouts[first], actions[first]["invalid_log"])
     units.update(report.planner_units(planner))
     _, prompts = read_zoo()
     open_df, open_info = queries.open_sessions(outcomes, prompts, p, seed)
@@ -39,9 +55,9 @@ def main() -> None:
         units.update(queries.open_units(open_df))
     units.update(diagnostics.calibration_units(sessions, p.agent.confidence))
     oracle = diagnostics.oracle_levels(outcomes, sessions, edges, p, seed)
-    attribution = diagnostics.attribution(sessions, oracle, rollouts)
+    attribution = diagnostics.attribution(sessions, oracle, rollouts[first])
     pre = report.preconditions(outcomes, live_curve(report.CURVE), p, ev)
-    pre += report.planner_preconditions(planner, live_curve(report.PLANNER_CURVE), p, ev)
+    pre += report.planner_preconditions(planner, {s: live_curve(report.planner_curve(s)) for s in p.planner.seeds}, p, ev)
     specs = (report.claim_specs(p) + report.mode_claim_specs(p) + report.planner_claim_specs(p)
              + queries.open_claim_specs(p) + diagnostics.calibration_claim_specs(p))
     suite, t2v_outcomes = read_t2v()
@@ -75,12 +91,15 @@ def main() -> None:
         "modes": modes,
         "open_queries": {k: v for k, v in open_summary.items() if k not in ("queries", "per_query")},
         "calibration": diagnostics.calibration_extra(sessions, p.agent.confidence),
-        "attribution": attribution,
-        "planner": {**report.planner_summary(planner), "records": actions["records"], "refusals": actions["refusals"]},
+        "attribution": {**attribution, "planner_seed": first},
+        "planner": {**report.planner_summary(planner), "records": actions[first]["records"],
+                    "refusals": _summed_refusals(a["refusals"] for a in actions.values()),
+                    "by_seed": {str(s): {"final_heldout_loss": a["final_heldout_loss"], "decisions": a["decisions"],
+                                         "invalid": a["invalid"]} for s, a in actions.items()}},
         "levels": edges,
         "tool_accuracy": tools["per_family"],
         "preconditions": pre,
-        "training_runs": 1,
+        "training_runs": len(p.planner.seeds),   # planner draws; the tools are one draw
         **({"t2v": t2v} if t2v is not None else {}),
     })
     for c in claims:

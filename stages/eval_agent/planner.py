@@ -1,8 +1,10 @@
-"""Stage eval_agent_planner: the scripted planner's step records, SFT of a tiny ``core/lm`` planner on them, its rollouts.
+"""Stage eval_agent_planner@<seed>: the scripted planner's step records, SFT of a tiny ``core/lm`` planner on them (one
+training draw per ``eval_agent.planner.seeds`` entry: initialisation, batch order and retry sampling), its rollouts.
 
 Records: the scripted planner's sessions on population generators, one record per decision
 (instruction, history, observation → reasoning + JSON action, as EA-CoT's instruction / history /
-<think> / <information> steps), written to ``data/eval_agent/planner/records.parquet``. (One stage,
+<think> / <information> steps), written to ``data/eval_agent/planner/seed_<seed>/records.parquet`` (the same records
+for every draw: they depend on the global seed only). (One stage,
 not two: a separate records stage cost ≈ 5 CPU-s of imports per run in CI's smoke test.)
 
 The rollouts are the scripted agent's evaluation sessions (same models, pools, seeds and sample
@@ -10,6 +12,8 @@ queues as ``eval_agent_evaluate``'s agent arm), in-family and on the held-out fa
 the trained planner's validated JSON actions.
 """
 from __future__ import annotations
+
+import argparse
 
 import numpy as np
 import pandas as pd
@@ -19,10 +23,10 @@ from paperworks.core.io import write_json, write_parquet
 from paperworks.core.lm import (LMConfig, TrainConfig, build_model, encode_sft, save_checkpoint, save_tokenizer, train_sft,
                                 train_tokenizer)
 from paperworks.core.lm.train import sft_loss
-from paperworks.core.params import global_seed, load_section, read_params_file
+from paperworks.core.params import ParamsError, global_seed, load_section, read_params_file
 from paperworks.core.seeding import derive_seed
 from paperworks.core.stage import stage_main
-from paperworks.eval_agent.artifacts import (LIVE_PLANNER, PLANNER, PLANNER_TOKENIZER, PLANNER_WEIGHTS, RECORD_SCHEMA, ROLLOUT_SCHEMA,
+from paperworks.eval_agent.artifacts import (RECORD_SCHEMA, ROLLOUT_SCHEMA, planner_dir, planner_live, planner_models,
                                              read_outcomes)
 from paperworks.eval_agent.params import Params
 from paperworks.eval_agent.planner import StepState, build_records, refusal_kind, rollout
@@ -32,18 +36,24 @@ from paperworks.eval_agent.world import STRATA
 
 @stage_main
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, required=True, help="one of params eval_agent.planner.seeds")
+    draw = ap.parse_args().seed
     p = load_section("eval_agent", Params)
     q = p.planner
+    if draw not in q.seeds:
+        raise ParamsError(f"--seed {draw}: not in params eval_agent.planner.seeds {q.seeds}")
+    out_dir, model_dir = planner_dir(draw), planner_models(draw)
     seed = global_seed(read_params_file())
     torch.set_num_threads(1)
     outcomes = read_outcomes()
     records = build_records(outcomes, p, seed)
-    write_parquet(PLANNER / "records.parquet", records, RECORD_SCHEMA)
+    write_parquet(out_dir / "records.parquet", records, RECORD_SCHEMA)
     train, held = records[records["split"] == "train"], records[records["split"] == "heldout"]
     tok = train_tokenizer(list(train["prompt"] + train["completion"]), vocab_size=q.vocab_size)
     cfg = LMConfig(hidden_size=q.hidden, num_layers=q.layers, num_heads=q.heads, intermediate_size=q.hidden * 8 // 3,
                    max_positions=q.max_positions)
-    model = build_model(cfg, vocab_size=len(tok), seed=derive_seed(seed, "eval_agent", "planner", "init"))
+    model = build_model(cfg, vocab_size=len(tok), seed=derive_seed(seed, "eval_agent", "planner", "init", draw))
     data = encode_sft(tok, list(train["prompt"]), list(train["completion"]), cfg.max_positions)
     held_data = encode_sft(tok, list(held["prompt"]), list(held["completion"]), cfg.max_positions)
 
@@ -55,10 +65,10 @@ def main() -> None:
 
     tc = TrainConfig(steps=q.steps, batch_size=q.batch_size, lr=q.lr, warmup_steps=min(50, q.steps // 10),
                      log_every=q.eval_every, eval_every=q.eval_every)
-    history = train_sft(model, data, tc, seed=derive_seed(seed, "eval_agent", "planner", "sft"), live_dir=LIVE_PLANNER,
-                        eval_fn=heldout_loss, desc="planner sft")
-    save_checkpoint(model, PLANNER_WEIGHTS, cfg, len(tok))
-    save_tokenizer(tok, PLANNER_TOKENIZER)
+    history = train_sft(model, data, tc, seed=derive_seed(seed, "eval_agent", "planner", "sft", draw), live_dir=planner_live(draw),
+                        eval_fn=heldout_loss, desc=f"planner sft (seed {draw})")
+    save_checkpoint(model, model_dir / "planner.safetensors", cfg, len(tok))
+    save_tokenizer(tok, model_dir / "planner_tokenizer.json")
 
     # Rollouts: the evaluation sessions of the scripted agent (report.run_sessions' seeds and run-b pools).
     edges = levels(outcomes, p.zoo.dims)
@@ -74,10 +84,10 @@ def main() -> None:
                 dims.append(dim)
                 aspects.append(STRATA[dim])
                 keys.append({"model": m.model, "family": m.family, "role": m.role, "dim": dim, "repeat": rep})
-    counts, log = rollout(model, tok, states, dims, aspects, q.max_new_tokens, derive_seed(seed, "eval_agent", "planner", "retry"))
+    counts, log = rollout(model, tok, states, dims, aspects, q.max_new_tokens, derive_seed(seed, "eval_agent", "planner", "retry", draw))
     rows = [{**k, "level": s.level, "n": len(s.rows), "estimate": s.estimate, "rounds": s.round, "reason": s.reason, **c}
             for k, s, c in zip(keys, states, counts)]
-    write_parquet(PLANNER / "rollouts.parquet", pd.DataFrame(rows, columns=ROLLOUT_SCHEMA.names), ROLLOUT_SCHEMA)
+    write_parquet(out_dir / "rollouts.parquet", pd.DataFrame(rows, columns=ROLLOUT_SCHEMA.names), ROLLOUT_SCHEMA)
     for e in log:
         e.update(keys[e["session"]])
     decisions = sum(c["decisions"] for c in counts)
@@ -88,14 +98,14 @@ def main() -> None:
             if why:
                 k = by_kind.setdefault(refusal_kind(why), {"first_try": 0, "retry": 0})
                 k[key] += 1
-    write_json(PLANNER / "actions.json", {"records": {"train": len(train), "heldout": len(held)}, "vocab": len(tok),
+    write_json(out_dir / "actions.json", {"records": {"train": len(train), "heldout": len(held)}, "vocab": len(tok),
                                           "decisions": decisions, "invalid": invalid,
                                           "retried_ok": sum(c["retried_ok"] for c in counts),
                                           "fallbacks": sum(c["fallbacks"] for c in counts),
                                           "refusals": dict(sorted(by_kind.items())),
                                           "invalid_log": log[:200], "invalid_log_total": len(log),
                                           "final_heldout_loss": history[-1].get("heldout_loss")})
-    print(f"planner: {len(records)} step records from {records.groupby(['generator', 'dim', 'repeat']).ngroups} scripted sessions, "
+    print(f"planner seed {draw}: {len(records)} step records from {records.groupby(['generator', 'dim', 'repeat']).ngroups} scripted sessions, "
           f"{len(train)} train records, held-out loss {history[-1].get('heldout_loss'):.4f}; "
           f"{decisions} decisions, {invalid} invalid first tries, {sum(c['fallbacks'] for c in counts)} fallbacks")
 

@@ -48,11 +48,16 @@ def test_smoke_pipeline(smoke_repo):
     sheets = sorted((smoke_repo / "docs/tracks/eval_agent").glob("*.png"))
     assert len(sheets) == len(examples) and all(Image.open(s).format == "PNG" for s in sheets)
     # comparison 3: the trained planner on the scripted agent's own sessions, in-family and held-out
+    # two planner training draws in smoke: the draw is the cluster, each plays every session
     for table, n in (("planner_within_one", 40), ("planner_within_one_heldout", 10)):
         u = pd.read_csv(smoke_repo / f"metrics/units/eval_agent/{table}.csv")
-        assert set(u["arm"]) == {"planner", "agent"} and u.groupby("arm").size().tolist() == [n, n]
-    assert claims["planner_vs_scripted"]["kind"] == "non_inferiority" and claims["planner_vs_scripted_heldout"]["units"]["cluster"] == "model"
+        assert set(u["arm"]) == {"planner", "agent"} and u.groupby("arm").size().tolist() == [2 * n, 2 * n]
+        assert set(u["cluster"]) == {"seed_0", "seed_1"} and (u.groupby(["arm", "cluster"]).size() == n).all()
+    for c in ("planner_vs_scripted", "planner_vs_scripted_heldout"):
+        assert claims[c]["kind"] == "non_inferiority" and claims[c]["units"]["cluster"] == "seed"
+    assert metrics["training_runs"] == 2
     pl = metrics["planner"]
+    assert pl["draws"] == 2 and set(pl["by_seed"]) == {"0", "1"}
     assert pl["records"]["train"] > 0 and pl["records"]["heldout"] > 0
     for role in ("in_family", "held_out"):
         r = pl[role]

@@ -15,6 +15,15 @@ from paperworks.eval_agent.planner import (REFUSALS, StepState, fallback_action,
 EDGES = (0.0, 0.3, 0.5, 0.7, 0.85, 1.0)
 
 
+def _smoke_params():
+    from paperworks.core.params import validate_section
+    from paperworks.core.profile import compose
+    from paperworks.eval_agent.params import Params
+    from tests.eval_agent.test_params import CONF
+
+    return validate_section("eval_agent", Params, compose("smoke", CONF)["eval_agent"])
+
+
 def _pool(rates, per=40, seed=0):
     rng = np.random.default_rng(seed)
     strata = np.repeat(np.arange(len(rates)), per)
@@ -110,3 +119,43 @@ def test_action_record_must_agree_with_the_rollouts(tmp_path):
     write_json(tmp_path / "accuracy.json", {"per_family": {"A": {"count": 1.3}}})
     with pytest.raises(ArtifactError, match="per_family"):
         read_tool_accuracy(tmp_path)
+
+
+def _planner_frame(seeds, invalid_by_seed):
+    rows = []
+    for s in seeds:
+        for model, role in (("A0", "in_family"), ("C0", "held_out")):
+            for rep in range(3):
+                rows.append({"model": model, "dim": "colour", "repeat": rep, "role": role, "planner_seed": s,
+                             "planner_within_one": float(rep != s), "agent_within_one": 1.0, "decisions": 10,
+                             "invalid": invalid_by_seed.get(s, 0), "retried_ok": invalid_by_seed.get(s, 0), "fallbacks": 0})
+    return pd.DataFrame(rows)
+
+
+def test_planner_claims_cluster_on_training_draws():
+    from paperworks.eval_agent import report
+
+    ps = _planner_frame([0, 1], {})
+    u = report.planner_units(ps)["planner_within_one"]
+    assert set(u["cluster"]) == {"seed_0", "seed_1"} and len(u) == 2 * 2 * 3  # arms × draws × sessions
+    mine = u[(u["arm"] == "planner") & (u["cluster"] == "seed_1")].sort_values("unit")["value"].tolist()
+    assert mine == [1.0, 0.0, 1.0]  # draw 1 misses repeat 1 only
+    assert all(s.cluster == "seed" for s in report.planner_claim_specs(_smoke_params()))
+
+
+def test_every_planner_draw_must_converge_and_act_validly():
+    from paperworks.core.claims import EvidenceParams
+    from paperworks.eval_agent import report
+
+    flat = list(np.linspace(2.0, 1.0, 30)) + [1.0] * 30
+    falling = list(np.linspace(2.0, 0.2, 60))
+    pre = {r["name"]: r for r in report.planner_preconditions(_planner_frame([0, 1], {1: 5}), {0: flat, 1: flat}, _smoke_params(),
+                                                               EvidenceParams())}
+    assert pre[report.PLANNER_CONVERGED]["passed"] and pre[report.PLANNER_LEARNED]["passed"]
+    # draw 1 refuses 5 of 10 first tries in every session: the worst draw decides
+    assert not pre[report.PLANNER_VALID]["passed"] and pre[report.PLANNER_VALID]["value"] == 0.5
+    assert "seed 1: 30 of 60 decisions valid" in pre[report.PLANNER_VALID]["detail"]
+    pre = {r["name"]: r for r in report.planner_preconditions(_planner_frame([0, 1], {}), {0: flat, 1: falling}, _smoke_params(),
+                                                               EvidenceParams())}
+    assert pre[report.PLANNER_VALID]["passed"] and not pre[report.PLANNER_CONVERGED]["passed"]
+    assert "seed 1" in pre[report.PLANNER_CONVERGED]["detail"]

@@ -17,9 +17,12 @@ def test_smoke_pipeline(smoke_repo):
     claims = {c["id"]: c for c in assert_claims_meet_standard(metrics, "video_qa", smoke_repo)}
     assert {c for c, r in claims.items() if r["role"] == "headline"} == HEADLINE
     units = pd.read_csv(smoke_repo / "metrics/units/video_qa/accuracy.csv")
-    for c in claims.values():  # test questions nested in their video: the interval is over videos
-        assert c["units"]["cluster"] == "video" and c["units"]["n_units"] == metrics["gate"]["n_test_questions"]
-        assert c["units"]["n_clusters"] == units["cluster"].nunique() < metrics["gate"]["n_test_questions"]
+    seeds = metrics["training_runs"]
+    assert seeds >= 2 and set(units["cluster"]) == {f"seed_{s}" for s in range(seeds)}  # smoke: seeds [0, 1]
+    for c in claims.values():  # every draw answers the test questions: the interval is over training draws
+        assert c["units"]["cluster"] == "seed" and c["units"]["n_clusters"] == seeds
+        assert c["units"]["n_units"] == seeds * metrics["gate"]["n_test_questions"]
+    assert set(metrics["gate"]["by_seed"]) == {str(s) for s in range(seeds)}
     names = {p["name"] for p in metrics["preconditions"]}
     assert {"every trained model converged", "oracle window gains on local questions",
             "cropping costs on global questions"} <= names
@@ -30,9 +33,10 @@ def test_smoke_pipeline(smoke_repo):
         assert s[router]["exit_share"] == s["cader"]["exit_share"]
     curve = pd.read_csv(smoke_repo / "plots/video_qa/accuracy_vs_tau.csv")
     assert {"dev", "test"} == set(curve["split"]) and curve["exit_share"].between(0, 1).all()
-    test = curve[curve["split"] == "test"].sort_values("tau")
-    assert test["exit_share"].is_monotonic_decreasing
-    for name in ("accuracy_vs_tau.png", "reliability.png", "relevance_map.png"):
+    assert set(curve["seed"]) == set(range(seeds))
+    for _, test in curve[curve["split"] == "test"].groupby("seed"):
+        assert test.sort_values("tau")["exit_share"].is_monotonic_decreasing
+    for name in ("accuracy_vs_tau.png", "reliability.png", "seed_0/relevance_map.png", "seed_1/relevance_map.png"):
         img = Image.open(smoke_repo / "plots/video_qa" / name)
         assert img.format == "PNG" and img.size[0] > 300
     assert (smoke_repo / "metrics/units/video_qa/accuracy.csv").exists()

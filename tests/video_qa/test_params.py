@@ -75,3 +75,14 @@ def test_typos_and_types_fail():
     s = _default()
     s["world"]["n_test_videos"] = True  # a bool is not an int
     assert "video_qa.world.n_test_videos" in _error(s)
+
+
+def test_training_seeds_are_distinct_and_present():
+    s = _default()
+    s["seeds"] = [0, 1, 1]
+    msg = _error(s)
+    assert "video_qa.seeds" in msg and "distinct" in msg
+    s["seeds"] = []
+    assert "video_qa.seeds" in _error(s)
+    del s["seeds"]
+    assert "video_qa.seeds" in _error(s)
