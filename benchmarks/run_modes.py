@@ -19,6 +19,10 @@ whether the track's metrics file came out byte-identical to the one committed he
 Rows are appended to ``benchmarks/results/run_modes.txt``. Run it on a quiet machine, one at a time::
 
     python benchmarks/run_modes.py --targets 'person_search_*' --profile default --modes serial parallel
+
+Several globs make one DAG (their stages and everything upstream, scheduled together), e.g. four tracks in one
+run: ``--targets 'control_*' 'insurance_*' 'person_search_*' 'selfdistill_*'``; the last column then says, per
+track, whether its metrics file came out byte-identical to the committed one.
 """
 from __future__ import annotations
 
@@ -42,15 +46,15 @@ HEADER = (f"{'date (UTC)':<17} {'targets':<18} {'profile':<8} {'mode':<9} {'stag
           f"{'stage cpu s':>11} {'load before':>11} {'load after':>10}  metrics = committed")
 
 
-def mode_command(mode: str, targets: str) -> tuple[list[str], dict[str, str]]:
+def mode_command(mode: str, targets: list[str]) -> tuple[list[str], dict[str, str]]:
     env = tool_env()
     if mode == "serial":
         env.pop("PAPERWORKS_THREADS", None)
         env.pop("OMP_NUM_THREADS", None)
-        return [str(Path(sys.executable).parent / "dvc"), "repro", "--glob", targets], env
+        return [str(Path(sys.executable).parent / "dvc"), "repro", "--glob", *targets], env
     if mode in ("parallel", "in-place"):
         env.update(PAPERWORKS_THREADS="1", OMP_NUM_THREADS="1")
-        return [sys.executable, "-m", "flows.pipeline", "--targets", targets, "--max-parallel", "2"], env
+        return [sys.executable, "-m", "flows.pipeline", "--targets", *targets, "--max-parallel", "2"], env
     raise SystemExit(f"--modes: unknown mode {mode!r}; allowed: serial, parallel, in-place")
 
 
@@ -58,9 +62,9 @@ def sha256(path: Path) -> str | None:
     return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
-def run_in_place(targets: str, profile: str, metrics_file: str) -> str:
+def run_in_place(targets: list[str], profile: str, metrics_files: list[str]) -> str:
     cmd, env = mode_command("in-place", targets)
-    committed = subprocess.run(["git", "show", f"HEAD:{metrics_file}"], cwd=ROOT, capture_output=True).stdout
+    committed = {f: subprocess.run(["git", "show", f"HEAD:{f}"], cwd=ROOT, capture_output=True).stdout for f in metrics_files}
     subprocess.run([sys.executable, "-m", "paperworks.core.profile", profile], cwd=ROOT, env=env, check=True,
                    capture_output=True)
     log = ROOT / "logs/stage_costs.jsonl"
@@ -73,22 +77,22 @@ def run_in_place(targets: str, profile: str, metrics_file: str) -> str:
     if proc.returncode != 0:
         raise SystemExit(f"in-place: {' '.join(cmd)} failed (exit {proc.returncode})")
     costs = [json.loads(line) for line in log.read_text().splitlines()[seen:] if line]
-    same = (ROOT / metrics_file).is_file() and (ROOT / metrics_file).read_bytes() == committed
+    same = {f: (ROOT / f).is_file() and (ROOT / f).read_bytes() == committed[f] for f in metrics_files}
     return _row("in-place", targets, profile, len(costs), wall, sum(c["cpu_s"] for c in costs), load_before,
-                load_after, same, metrics_file)
+                load_after, same)
 
 
-def _row(mode: str, targets: str, profile: str, stages: int, wall: float, cpu: float, load_before: float,
-         load_after: float, same: bool, metrics_file: str) -> str:
+def _row(mode: str, targets: list[str], profile: str, stages: int, wall: float, cpu: float, load_before: float,
+         load_after: float, same: dict[str, bool]) -> str:
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
-    return (f"{stamp:<17} {targets:<18} {profile:<8} {mode:<9} {stages:>6} {wall:>7.0f} "
-            f"{cpu:>11.0f} {load_before:>11.2f} {load_after:>10.2f}  "
-            f"{'yes' if same else 'no'} ({metrics_file})")
+    same_text = "; ".join(f"{'yes' if ok else 'no'} ({f})" for f, ok in same.items())
+    return (f"{stamp:<17} {' '.join(targets):<18} {profile:<8} {mode:<9} {stages:>6} {wall:>7.0f} "
+            f"{cpu:>11.0f} {load_before:>11.2f} {load_after:>10.2f}  {same_text}")
 
 
-def run_mode(mode: str, targets: str, profile: str, metrics_file: str) -> str:
+def run_mode(mode: str, targets: list[str], profile: str, metrics_files: list[str]) -> str:
     if mode == "in-place":
-        return run_in_place(targets, profile, metrics_file)
+        return run_in_place(targets, profile, metrics_files)
     cmd, env = mode_command(mode, targets)
     with tempfile.TemporaryDirectory(prefix=f"run-modes-{mode}-") as tmp:
         repo = copy_repo(Path(tmp) / "repo", ROOT)
@@ -102,24 +106,23 @@ def run_mode(mode: str, targets: str, profile: str, metrics_file: str) -> str:
         if proc.returncode != 0:
             raise SystemExit(f"{mode}: {' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         costs = [json.loads(line) for line in (repo / "logs/stage_costs.jsonl").read_text().splitlines() if line]
-        same = sha256(repo / metrics_file) == sha256(ROOT / metrics_file)
-    return _row(mode, targets, profile, len(costs), wall, sum(c["cpu_s"] for c in costs), load_before, load_after,
-                same, metrics_file)
+        same = {f: sha256(repo / f) == sha256(ROOT / f) for f in metrics_files}
+    return _row(mode, targets, profile, len(costs), wall, sum(c["cpu_s"] for c in costs), load_before, load_after, same)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", required=True, help="a stage glob, e.g. 'person_search_*'")
+    ap.add_argument("--targets", nargs="+", required=True, help="stage globs, e.g. 'person_search_*' (several: one DAG)")
     ap.add_argument("--profile", default="default", choices=["smoke", "default", "paper"])
     ap.add_argument("--modes", nargs="+", default=["serial", "parallel"], choices=["serial", "parallel", "in-place"])
-    ap.add_argument("--metrics", help="metrics file to compare with the committed one (default: metrics/<track>.json)")
+    ap.add_argument("--metrics", nargs="+", help="metrics files to compare with the committed ones "
+                    "(default: metrics/<track>.json of each target)")
     args = ap.parse_args()
-    track = args.targets.rstrip("*").rstrip("_")
-    metrics_file = args.metrics or f"metrics/{track}.json"
+    metrics_files = args.metrics or [f"metrics/{t.rstrip('*').rstrip('_')}.json" for t in args.targets]
     print(f"# {os.cpu_count()} cores; serial and parallel each in a fresh copy with an empty DVC cache, in-place in this work tree")
     print(HEADER, flush=True)
     for mode in args.modes:
-        row = run_mode(mode, args.targets, args.profile, metrics_file)
+        row = run_mode(mode, args.targets, args.profile, metrics_files)
         print(row, flush=True)
         new = not RESULTS.exists()
         with RESULTS.open("a") as fh:
