@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ from paperworks.protocol_distill.episode import (
     completion_from_text, exact_match, extract_answer,
 )
 from paperworks.protocol_distill.protocol import ProtocolError, parse_protocol, protocol_errors, protocol_to_context
-from paperworks.protocol_distill.search import SearchTool
+from paperworks.protocol_distill.search import SearchTool, terms_of
 from paperworks.protocol_distill.teacher import TEACHERS, explore, run_teacher
 from paperworks.protocol_distill.train import group_advantages, kl_to_privileged, kl_weight, policy_loss
 from paperworks.protocol_distill.world import (
@@ -136,6 +137,27 @@ def test_alias_query_returns_the_alias_document(world):
     assert tool.search(f"{ent.alias} employer") == (f"{ent.alias} alias {ent.name}",)
 
 
+
+def test_posting_list_scores_are_rank_bm25s_scores_bit_for_bit(world):
+    """`bm25_scores` scores only the documents that hold a query term; rank-bm25's `get_scores` scores all of them.
+    The two must agree exactly (floats, not approximately), and every document outside the posting lists must
+    score 0 in rank-bm25 too, or the search order (and every synthesized protocol) would change."""
+    tool = SearchTool(world.docs, top_k=3)
+    queries = [f"{world.display(s)} {rel}" for s, rel in sorted(world.facts)[:40]] + [
+        "employer", "mentor founder", f"{world.display(next(iter(world.entities)))}", "a b c employer labs"]
+    checked = 0
+    for q in queries:
+        terms = [t for t in terms_of(q) if t in tool._vocab]
+        if not terms:
+            continue
+        full = tool._bm25.get_scores(terms)
+        ids, scores = tool.bm25_scores(terms)
+        assert np.array_equal(full[ids], scores), q
+        assert not np.delete(full, ids).any(), q
+        order = np.lexsort((np.arange(len(full)), -full))[:3]
+        assert tool.search(q) == tuple(world.docs[i] for i in order if full[i] > 0), q
+        checked += 1
+    assert checked >= 40
 # ---------------------------------------------------------------- protocol schema
 def test_good_protocol_passes():
     assert protocol_errors(GOOD) == []
