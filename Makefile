@@ -30,7 +30,12 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 	  { echo "error: Python's venv module is missing: apt-get install python3-venv" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip "setuptools>=68"
-	$(PY) -m pip install -q -r requirements.lock
+	@# Byte-compile on both cores instead of pip's one (≈ 26,000 files: 79 s of CPU, 47 s of wall on 2 cores,
+	@# measured 2026-12-07). Needed where PYTHONDONTWRITEBYTECODE is set (this machine and CI): a module left
+	@# uncompiled here would be compiled again by every process that imports it. Files meant for newer
+	@# Pythons fail to compile, as under pip; compileall lists them in .venv/compileall.log.
+	$(PY) -m pip install -q --no-compile -r requirements.lock
+	$(PY) -m compileall -q -j 0 $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') > $(VENV)/compileall.log 2>&1 || true
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
@@ -72,11 +77,12 @@ costs: setup
 
 # The shared artifact store (a DVC remote: $$PAPERWORKS_REMOTE, a directory or s3://…, ssh://…;
 # default ~/paperworks-dvc-store): push after a run, pull on a fresh clone instead of retraining.
+# T='control_*' moves only the stages matching it (and their upstream stages)
 push: setup
-	$(PY) -m flows.store push
+	$(PY) -m flows.store push $(if $(T),--glob '$(T)')
 
 pull: setup
-	$(PY) -m flows.store pull
+	$(PY) -m flows.store pull $(if $(T),--glob '$(T)')
 
 # Run the DAG through Prefect (local ephemeral API, no server needed).
 flow: setup

@@ -8,10 +8,15 @@ same way (``s3://bucket/path``, ``ssh://host/path``, an NFS mount). The remote i
 ``make push`` uploads every output ``dvc.lock`` records; on a fresh clone, ``make pull`` brings
 them back, after which ``dvc status`` is clean, ``dvc repro`` has nothing to do and
 ``make report`` rebuilds the results without training.
+
+``--glob 'control_*'`` (``make push T='control_*'``) moves only the outputs of the ``dvc.lock`` stages
+whose names match, and of their upstream stages. A whole-store pull needs every stage of ``dvc.lock`` in the store: after a run of
+some tracks, DVC reports the others' outputs as missing and the pull fails, so name the tracks.
 """
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import subprocess
 import sys
@@ -42,16 +47,31 @@ def dvc(args: list[str], repo: Path = Path(".")) -> None:
         raise SystemExit(f"error: dvc {' '.join(args)} failed ({proc.returncode})")
 
 
+def locked_stages(patterns: list[str], repo: Path = Path(".")) -> list[str]:
+    """The stages of ``dvc.lock`` whose names match any of ``patterns`` (shell-style, as
+    ``dvc repro --glob``; DVC's own ``push --glob`` matches file paths, not stage names)."""
+    import yaml
+
+    lock = repo / "dvc.lock"
+    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}) if lock.is_file() else {}
+    names = [name for name in stages if any(fnmatch.fnmatchcase(name, pat) for pat in patterns)]
+    if not names:
+        raise SystemExit(f"error: no stage of {lock} matches {' or '.join(patterns)}")
+    return names
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("action", choices=["push", "pull", "configure"])
     ap.add_argument("--remote", default=None, help="directory or DVC remote URL (default: $PAPERWORKS_REMOTE or ~/paperworks-dvc-store)")
+    ap.add_argument("--glob", action="append", default=[], metavar="PATTERN",
+                    help="only the stages matching this pattern (repeatable), with their upstream stages")
     args = ap.parse_args(argv)
     remote = args.remote or default_remote()
     configure(remote)
     print(f"DVC remote '{REMOTE_NAME}' → {remote}")
     if args.action != "configure":
-        dvc([args.action])
+        dvc([args.action, *(["--with-deps", *locked_stages(args.glob)] if args.glob else [])])
     return 0
 
 
