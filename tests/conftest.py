@@ -263,9 +263,11 @@ def pytest_collection_modifyitems(config, items) -> None:
 # scheduler: xdist's scope scheduler with a scope per group, every other test its own scope.
 # The two groups are the largest scopes, so xdist hands them out first, one to each worker.
 # Measured 2026-12-02 (three workers): B ended 3.5 min after A reached the whole-DAG wait, so
-# video_qa (≈ 90 s) moved to A. Measured 2026-12-07 (fresh clone, idle): A's tracks ended ≈ 2 min before
-# B, and A then waited at the whole-DAG test, so eval_agent (≈ 76 s) moved to A too.
-SMOKE_GROUP_B = {"person_search", "protocol_distill", "mol", "encoder_fusion"}
+# video_qa (≈ 90 s) moved to A. 2026-12-07: eval_agent's T2V overlay (≈ 120 s, a unit-worker test until then)
+# now copies A's smoke copy instead of rerunning the track's stages, so eval_agent moved to A and video_qa
+# back to B. A waiting at the whole-DAG test costs nothing while B and the unit worker keep both cores busy;
+# A finishing after B would leave its tests alone on the machine at the end.
+SMOKE_GROUP_B = {"person_search", "protocol_distill", "mol", "encoder_fusion", "video_qa"}
 
 
 def smoke_group(nodeid: str) -> str | None:
