@@ -9,14 +9,14 @@ same way (``s3://bucket/path``, ``ssh://host/path``, an NFS mount). The remote i
 them back, after which ``dvc status`` is clean, ``dvc repro`` has nothing to do and
 ``make report`` rebuilds the results without training.
 
-``--glob 'control_*'`` (``make push T='control_*'``) moves only the outputs of the ``dvc.lock`` stages
-whose names match, and of their upstream stages. A whole-store pull needs every stage of ``dvc.lock`` in the store: after a run of
-some tracks, DVC reports the others' outputs as missing and the pull fails, so name the tracks.
+``--glob 'control_*'`` (``make push T='control_*'``) moves only the outputs of the matching stages
+and of every stage upstream of them, selected as ``make run``'s ``--targets`` selects them. A pull of
+the whole store needs every stage of ``dvc.lock`` in it: after a run of some tracks, DVC counts the
+other tracks' outputs as missing and the pull fails, so name the tracks that ran.
 """
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import os
 import subprocess
 import sys
@@ -47,17 +47,15 @@ def dvc(args: list[str], repo: Path = Path(".")) -> None:
         raise SystemExit(f"error: dvc {' '.join(args)} failed ({proc.returncode})")
 
 
-def locked_stages(patterns: list[str], repo: Path = Path(".")) -> list[str]:
-    """The stages of ``dvc.lock`` whose names match any of ``patterns`` (shell-style, as
-    ``dvc repro --glob``; DVC's own ``push --glob`` matches file paths, not stage names)."""
-    import yaml
+def selected_stages(patterns: list[str], repo: Path = Path(".")) -> list[str]:
+    """The stages matching ``patterns`` (names or shell-style globs) and everything upstream, as the
+    flow's ``--targets`` select them. (DVC's own ``push --glob`` matches file paths, not stage names.)"""
+    from flows.pipeline import read_dag, select_stages
 
-    lock = repo / "dvc.lock"
-    stages = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}) if lock.is_file() else {}
-    names = [name for name in stages if any(fnmatch.fnmatchcase(name, pat) for pat in patterns)]
-    if not names:
-        raise SystemExit(f"error: no stage of {lock} matches {' or '.join(patterns)}")
-    return names
+    try:
+        return select_stages(read_dag(repo), patterns)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     configure(remote)
     print(f"DVC remote '{REMOTE_NAME}' → {remote}")
     if args.action != "configure":
-        dvc([args.action, *(["--with-deps", *locked_stages(args.glob)] if args.glob else [])])
+        dvc([args.action, *(selected_stages(args.glob) if args.glob else [])])
     return 0
 
 

@@ -1,26 +1,17 @@
-"""`flows.store --glob` picks stages by name from dvc.lock (DVC's own `push --glob` matches file paths)."""
-from pathlib import Path
-
+"""`flows.store --glob` picks stages by name, with their upstream stages, as the flow's `--targets` do
+(DVC's own `push --glob` matches file paths)."""
 import pytest
-import yaml
 
-from flows.store import locked_stages
-
-
-def _lock(tmp_path: Path, *names: str) -> Path:
-    (tmp_path / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {n: {"cmd": "true"} for n in names}}, sort_keys=False))
-    return tmp_path
+from flows.store import selected_stages
+from tests.conftest import REPO
 
 
-def test_glob_picks_the_matching_locked_stages_matrix_items_included(tmp_path):
-    repo = _lock(tmp_path, "params_check", "control_teacher@0", "control_evaluate", "mol_base")
-    assert locked_stages(["control_*"], repo) == ["control_teacher@0", "control_evaluate"]
-    assert locked_stages(["mol_*", "params_check"], repo) == ["params_check", "mol_base"]
+def test_glob_picks_the_tracks_stages_and_what_they_depend_on():
+    stages = selected_stages(["control_*"], REPO)
+    assert "params_check" in stages and any(s.startswith("control_evaluate") for s in stages)
+    assert all(s == "params_check" or s.startswith("control_") for s in stages)
 
 
-def test_a_pattern_matching_no_locked_stage_fails_naming_it(tmp_path):
-    repo = _lock(tmp_path, "control_evaluate")
-    with pytest.raises(SystemExit, match=r"no stage of .*dvc.lock matches video_qa_\*"):
-        locked_stages(["video_qa_*"], repo)
-    with pytest.raises(SystemExit, match="matches control_"):
-        locked_stages(["control_"], tmp_path / "missing")  # no lock at all
+def test_a_pattern_matching_no_stage_fails_naming_it():
+    with pytest.raises(SystemExit, match=r"target 'video_qa_nope_\*' matches no stage"):
+        selected_stages(["video_qa_nope_*"], REPO)
