@@ -24,7 +24,7 @@ from paperworks.protocol_distill.demos import online_items, split_heldout, trace
 from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
 from paperworks.protocol_distill.params import Params, parse_run
 from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
-from paperworks.protocol_distill.train import OnlineConfig, heldout_loss, sft_batch, train_online
+from paperworks.protocol_distill.train import OnlineConfig, heldout_loss, packed_sft_loss, sft_batch, train_online
 from paperworks.protocol_distill.world import TRANSFER_POOL
 
 log = logging.getLogger("paperworks.protocol_distill")
@@ -94,7 +94,7 @@ def main() -> None:
         extra["trace_fit"].update(trained_traces=len(prompts), heldout_traces=len(h_prompts))
         hist = train_sft(model, data, TrainConfig(steps=tr.steps, batch_size=tr.batch_size, lr=tr.lr, warmup_steps=tr.warmup_steps,
                                                   log_every=tr.log_every, eval_every=tr.log_every),
-                         seed=seed, live_dir=live_dir, eval_fn=lambda step: {"heldout_loss": heldout_loss(model, held)},
+                         seed=seed, live_dir=live_dir, eval_fn=lambda step: {"heldout_loss": heldout_loss(model, held)}, loss_fn=packed_sft_loss,
                          desc=f"trace {args.size}/{args.seed}")
     else:
         context = {"grpo": "none", "opsd": "answer", "mapd": "protocol"}[spec.method]

@@ -18,7 +18,7 @@ from paperworks.protocol_distill.demos import split_heldout, strategy_donors, wa
 from paperworks.protocol_distill.evaluate import em_by_set, evaluate_prompts
 from paperworks.protocol_distill.params import Params
 from paperworks.protocol_distill.pipeline import branch_prompts, load_workspace, tic_words
-from paperworks.protocol_distill.train import heldout_loss, sft_batch
+from paperworks.protocol_distill.train import heldout_loss, packed_sft_loss, sft_batch
 from paperworks.protocol_distill.world import MULTI_HOP_SETS, TRANSFER_POOL
 
 log = logging.getLogger("paperworks.protocol_distill")
@@ -86,7 +86,7 @@ def main() -> None:
 
     history = train_sft(model, data, TrainConfig(steps=steps, batch_size=w.batch_size, lr=getattr(w.lr, args.size),
                                                  warmup_steps=w.warmup_steps, eval_every=log_every, log_every=log_every),
-                        seed=seed, live_dir=A.warm_live_dir(args.size, args.seed), eval_fn=evaluate,
+                        seed=seed, live_dir=A.warm_live_dir(args.size, args.seed), eval_fn=evaluate, loss_fn=packed_sft_loss,
                         desc=f"warm {args.size}/{args.seed}")
     save_checkpoint(model, A.warm_model_path(args.size, args.seed), cfg, len(ws.codec))
     # before online training: how much does each privileged context help on the held-out questions?

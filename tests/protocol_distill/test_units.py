@@ -707,6 +707,45 @@ def test_heldout_loss_is_token_weighted_over_labelled_tokens_only():
     assert heldout_loss(model, changed) != pytest.approx(expected, rel=1e-6)
 
 
+def test_packed_sft_loss_is_the_padded_loss_and_gradient():
+    """Length-sorted chunks and a head over labelled positions only: the same loss and gradient as
+    one padded forward (core ``sft_loss``), on rows of unequal length across several chunks."""
+    from paperworks.core.lm import LMConfig, build_model
+    from paperworks.core.lm.train import sft_loss
+    from paperworks.protocol_distill.train import IGNORE, labelled_token_nll, packed_sft_loss
+
+    model = build_model(LMConfig(hidden_size=16, num_layers=2, num_heads=2, intermediate_size=32, max_positions=24), 12, seed=0)
+    g = torch.Generator().manual_seed(1)
+    rows, width = 19, 20                              # 19 rows: chunks of 8, 8 and 3
+    ids = torch.randint(4, 12, (rows, width), generator=g)
+    lengths = torch.randint(5, width + 1, (rows,), generator=g)
+    mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+    labels = torch.where(mask.bool(), ids, torch.full_like(ids, IGNORE))
+    labels[:, :3] = IGNORE                            # the prompt
+    labels[2, 4:7] = IGNORE                           # a tool span
+    labels[5] = IGNORE                                # a row with no labelled token
+    ids = torch.where(mask.bool(), ids, torch.zeros_like(ids))
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+    def grads(loss_fn):
+        model.zero_grad()
+        loss = loss_fn(model, batch)
+        loss.backward()
+        return float(loss), torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    width_used = int(mask.sum(1).max())
+    ref_loss, ref_grad = grads(lambda m, b: sft_loss(m, {k: v[:, :width_used] for k, v in b.items()}))
+    loss, grad = grads(packed_sft_loss)
+    assert loss == pytest.approx(ref_loss, rel=1e-5)
+    assert torch.allclose(grad, ref_grad, rtol=1e-4, atol=1e-6)
+    total, count = labelled_token_nll(model, batch)
+    assert count == int((labels[:, 1:] != IGNORE).sum())
+    shifted = dict(batch, labels=torch.roll(labels, 1, dims=1))   # labels one position off: a different loss
+    assert float(packed_sft_loss(model, shifted)) != pytest.approx(ref_loss, rel=1e-3)
+    with pytest.raises(ValueError, match="no labelled tokens"):
+        packed_sft_loss(model, dict(batch, labels=torch.full_like(labels, IGNORE)))
+
+
 def test_styled_share_teaches_the_privileged_branch_to_copy_the_styled_plan_only(world):
     from paperworks.protocol_distill.demos import valid_protocols, warm_start_examples
     from paperworks.protocol_distill.episode import Codec, build_word_tokenizer
