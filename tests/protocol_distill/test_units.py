@@ -731,7 +731,7 @@ def test_packed_sft_loss_is_the_padded_loss_and_gradient():
         model.zero_grad()
         loss = loss_fn(model, batch)
         loss.backward()
-        return float(loss), torch.cat([p.grad.flatten() for p in model.parameters()])
+        return float(loss.detach()), torch.cat([p.grad.flatten() for p in model.parameters()])
 
     width_used = int(mask.sum(1).max())
     ref_loss, ref_grad = grads(lambda m, b: sft_loss(m, {k: v[:, :width_used] for k, v in b.items()}))
@@ -741,7 +741,7 @@ def test_packed_sft_loss_is_the_padded_loss_and_gradient():
     total, count = labelled_token_nll(model, batch)
     assert count == int((labels[:, 1:] != IGNORE).sum())
     shifted = dict(batch, labels=torch.roll(labels, 1, dims=1))   # labels one position off: a different loss
-    assert float(packed_sft_loss(model, shifted)) != pytest.approx(ref_loss, rel=1e-3)
+    assert float(packed_sft_loss(model, shifted).detach()) != pytest.approx(ref_loss, rel=1e-3)
     with pytest.raises(ValueError, match="no labelled tokens"):
         packed_sft_loss(model, dict(batch, labels=torch.full_like(labels, IGNORE)))
 
