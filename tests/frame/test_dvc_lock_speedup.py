@@ -23,7 +23,7 @@ def probe(env: dict[str, str]) -> str:
 
 def test_the_venv_patches_dvc_when_it_imports_its_yaml_module_and_imports_nothing_of_the_project():
     # the hook must not import `paperworks` at interpreter start: a test copy's stages must import their own code
-    assert probe(tool_env()) == "True False"
+    assert probe(tool_env()) == "True False", "the venv lacks the dvc.lock hook (or it imports the project): run `make setup`"
     assert probe(dict(tool_env(), PAPERWORKS_DVC_LOCK_SPEEDUP="0")) == "False False"
 
 
