@@ -25,13 +25,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def parse_and_dump(lock: Path) -> None:
-    from dvc.utils.serialize._yaml import _dump, parse_yaml
+    import dvc.utils.serialize._yaml as dvc_yaml
 
     from paperworks.dvc_lock_speedup import lock_aware_parse
 
-    round_trip = getattr(__import__("dvc.utils.serialize._yaml", fromlist=["x"]).parse_yaml_for_update, "__wrapped__", None)
-    if round_trip is None:  # the hook is not installed in this interpreter
-        from dvc.utils.serialize._yaml import parse_yaml_for_update as round_trip
+    # DVC's own loader, whether or not the hook patched this interpreter
+    round_trip = getattr(dvc_yaml.parse_yaml_for_update, "__wrapped__", dvc_yaml.parse_yaml_for_update)
+    _dump, parse_yaml = dvc_yaml._dump, dvc_yaml.parse_yaml
     text = lock.read_text()
     rows = []
     for name, parse in (("round-trip loader (DVC)", round_trip), ("C safe loader (hook)", lock_aware_parse(round_trip, parse_yaml))):

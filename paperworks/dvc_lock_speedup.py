@@ -1,9 +1,9 @@
 """Faster ``dvc.lock`` writes: parse the lock with ruamel's C loader instead of its pure-Python round-trip loader.
 
 Before DVC writes ``dvc.lock`` after a stage it parses the whole file with ruamel's round-trip loader, so that
-comments and formatting survive the rewrite (``dvc.utils.serialize._yaml.parse_yaml_for_update``), and it does so
-twice per stage. On this project's lock (≈ 0.85 MB: every stage's code and data deps) that loader takes ≈ 4.4 s, the C
-safe loader ≈ 1.3 s (`benchmarks/dvc_lock_write.py`). DVC writes ``dvc.lock`` itself, in block style and with no
+comments and formatting survive the rewrite (``dvc.utils.serialize._yaml.parse_yaml_for_update``), once per stage.
+On this project's lock (≈ 0.85 MB: every stage's code and data deps) that loader takes ≈ 4.4 s, the C safe loader
+≈ 1.0 s (`benchmarks/dvc_lock_write.py`). DVC writes ``dvc.lock`` itself, in block style and with no
 comments, so for a comment-free ``dvc.lock`` the round trip keeps nothing the safe loader loses: DVC's dumper writes
 the same bytes from either (tested on the committed lock and on a `dvc repro` with the hook on and off).
 Everything else — ``params.yaml``, ``dvc.yaml``, a lock that holds a ``#`` — still goes through the round-trip loader.
